@@ -1,0 +1,139 @@
+"""Using one stage outside a pipeline: on a str, a list, an Arrow array, a polars Series,
+a pyarrow Table/RecordBatch, a polars DataFrame or a ``dict`` batch (``datasets.map``).
+
+    >>> from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+    >>> import pyarrow as pa, pyarrow.compute as pc
+    >>> class Upper(TextStage):
+    ...     name = "upper_doc"
+    ...     codes = {"lower": Action.FIX}
+    ...     def transform(self, texts):
+    ...         return TextResult(pc.utf8_upper(texts), Findings(self.name))
+    >>> Upper()("abc"), Upper()(["a", None])
+    ('ABC', ['A', None])
+    >>> Upper()({"text": ["x"], "n": [1]})
+    {'text': ['X'], 'n': [1]}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from cleanpipe.fields import discover_text_fields, flatten_field, rebuild_field
+
+if TYPE_CHECKING:
+    from cleanpipe.stages.base import BatchStage, Findings, GlobalStage, TextStage
+
+_DROP_LIKE = ("drop",)
+
+
+def _to_string_array(data: Any) -> pa.Array:
+    arr = pa.array(data, type=pa.large_string()) if not isinstance(data, pa.Array) else data
+    return arr
+
+
+def _polars() -> Any:
+    try:
+        import polars as pl
+    except ImportError:  # pragma: no cover - polars is a dependency
+        return None
+    return pl
+
+
+def run_text_stage_on_batch(stage: TextStage, batch: pa.RecordBatch,
+                            fields: list[str]) -> tuple[pa.RecordBatch, Findings]:
+    """Apply a text stage to ``fields`` of ``batch``; findings positions are batch rows."""
+    from cleanpipe.stages.base import Findings
+
+    stage.setup()
+    found = Findings(stage.name)
+    for f in stage.fields or fields:
+        values, rows = flatten_field(batch, f)
+        res = stage.transform(values)
+        if res.texts is not values:
+            batch = rebuild_field(batch, f, res.texts)
+        found.extend(res.findings.with_field(f), position_map=rows)
+    return batch, found
+
+
+def _drop_mask(findings: Findings, n: int) -> np.ndarray:
+    from cleanpipe.stages.base import Action
+
+    keep = np.ones(n, dtype=bool)
+    keep[findings.positions(Action.DROP)] = False
+    return keep
+
+
+def _batch_from(data: Any) -> tuple[pa.RecordBatch, str]:
+    pl = _polars()
+    if isinstance(data, pa.RecordBatch):
+        return data, "batch"
+    if isinstance(data, pa.Table):
+        return data.combine_chunks().to_batches()[0] if data.num_rows else \
+            pa.RecordBatch.from_pylist([], schema=data.schema), "table"
+    if pl is not None and isinstance(data, pl.DataFrame):
+        return _batch_from(data.to_arrow())[0], "polars"
+    if isinstance(data, dict):
+        return pa.RecordBatch.from_pydict(data), "dict"
+    raise TypeError(f"cannot apply a stage to {type(data).__name__}")
+
+
+def _back(batch: pa.RecordBatch, kind: str) -> Any:
+    if kind == "batch":
+        return batch
+    if kind == "table":
+        return pa.Table.from_batches([batch])
+    if kind == "polars":
+        pl = _polars()
+        return pl.from_arrow(pa.Table.from_batches([batch]))
+    return batch.to_pydict()
+
+
+def apply_text_stage(stage: TextStage, data: Any) -> Any:
+    """See the module docstring; rows with a ``drop`` finding are removed from tables."""
+    pl = _polars()
+    stage.setup()
+    if isinstance(data, str):
+        return stage.transform(pa.array([data], pa.large_string())).texts[0].as_py()
+    if isinstance(data, (list, tuple)):
+        return stage.transform(_to_string_array(list(data))).texts.to_pylist()
+    if isinstance(data, pa.ChunkedArray):
+        return pa.chunked_array([stage.transform(c).texts for c in data.chunks], data.type)
+    if isinstance(data, pa.Array):
+        return stage.transform(data).texts
+    if pl is not None and isinstance(data, pl.Series):
+        arr = data.to_arrow()
+        return pl.Series(data.name, stage.transform(arr).texts)
+    batch, kind = _batch_from(data)
+    fields = stage.fields or discover_text_fields(batch.schema)
+    batch, found = run_text_stage_on_batch(stage, batch, fields)
+    return _back(batch.filter(pa.array(_drop_mask(found, batch.num_rows))), kind)
+
+
+def apply_batch_stage(stage: BatchStage, data: Any) -> Any:
+    """Run a batch stage on a table-like value; rows it drops are removed."""
+    from cleanpipe.stages.base import BatchContext
+
+    stage.setup()
+    batch, kind = _batch_from(data)
+    ctx = BatchContext(batch, discover_text_fields(batch.schema))
+    res = stage.process(batch, ctx)
+    out = res.batch if res.batch is not None else batch
+    return _back(out.filter(pa.array(_drop_mask(res.findings, out.num_rows))), kind)
+
+
+def apply_global_stage(stage: GlobalStage, data: Any) -> Any:
+    """Run a global stage (e.g. dedup) on an in-memory table-like value."""
+    from cleanpipe.stages.base import BatchContext
+
+    stage.setup()
+    batch, kind = _batch_from(data)
+    ctx = BatchContext(batch, discover_text_fields(batch.schema))
+    seq = np.arange(batch.num_rows, dtype=np.int64)
+    stage.observe(stage.prepare(batch, ctx), seq, batch, ctx)
+    stage.finalize()
+    res = stage.decide(batch, seq, ctx)
+    out = res.batch if res.batch is not None else batch
+    return _back(out.filter(pa.array(_drop_mask(res.findings, out.num_rows))), kind)
