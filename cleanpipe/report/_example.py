@@ -109,3 +109,35 @@ def example_report() -> dict[str, Any]:
     report["verdict"] = evaluate(report, GateConfig(max_dropped_fraction=0.05,
                                                     never=["replacement_char"]))
     return report
+
+
+def hostile_report(strings: list[str]) -> dict[str, Any]:
+    """:func:`example_report` with ``strings`` placed in every free-text slot a dataset can
+    reach: snippets, details, row ids, field names, labels, cluster texts, stage and pipeline
+    names. For checking that no renderer lets data become markup."""
+    report = example_report()
+    if not strings:
+        return report
+    s = list(strings)
+
+    def pick(i: int) -> str:
+        return s[i % len(s)]
+
+    report["pipeline"]["name"] = pick(0)
+    report["input"]["paths"] = s[:5]
+    examples = []
+    for i, text in enumerate(s):
+        examples.append({"stage": "unicode", "code": "mojibake", "action": "fix",
+                         "row_id": f"blns.json:{i}:{pick(i + 1)}", "field": pick(i + 2),
+                         "detail": pick(i + 3), "before": text, "after": pick(i + 4)})
+    report["examples"] = report["examples"] + examples
+    report["distributions"]["labels"] = {pick(i): i + 1 for i in range(min(len(s), 60))}
+    report["stages"][2]["section"]["clusters"] += [
+        {"size": 2, "kept": pick(i), "dropped": [pick(i + 1)], "text": pick(i + 2)}
+        for i in range(min(len(s), 30))]
+    report["stages"][0]["metrics"]["by_script"] = {pick(i): 1 for i in range(min(len(s), 20))}
+    report["stages"][1]["metrics"]["codepoints"] = {**report["stages"][1]["metrics"]["codepoints"],
+                                                     **{pick(i): 2 for i in range(5)}}
+    report["verdict"]["rules"].append({"name": pick(7), "passed": False, "message": pick(8),
+                                       "value": None, "limit": None})
+    return report
