@@ -116,3 +116,15 @@ def test_smoke_exit_codes(tmp_path) -> None:
     assert main(["smoke", str(data), "--tokenizer", str(tok), "-n", "0"]) == 2
     assert main(["smoke", str(data), "--tokenizer", str(tok), "--response-field", "x"]) == 2
     assert main(["smoke", str(tmp_path / "missing"), "--tokenizer", str(tok)]) == 3
+
+
+def test_tokenizer_from_the_pipeline(tmp_path) -> None:
+    tok = realdata("tokenizers", "qwen3")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "2+2=", "completion": "4"}) + "\n", "utf-8")
+    pipe = tmp_path / "pipe.yaml"
+    pipe.write_text(f"stages:\n  - stage: context_length\n    tokenizer: {tok}\n", "utf-8")
+    assert main(["smoke", str(data), "--pipeline", str(pipe), "-n", "1"]) == 0
+    (tmp_path / "none.yaml").write_text("stages: []\n", "utf-8")
+    assert main(["smoke", str(data), "--pipeline", str(tmp_path / "none.yaml")]) == 2
+    assert main(["smoke", str(data)]) == 2

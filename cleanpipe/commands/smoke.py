@@ -41,7 +41,8 @@ import pyarrow.compute as pc
 
 from cleanpipe.gate import ExitCode
 
-__all__ = ["SmokeResult", "build_sequences", "load_tokenizer", "register", "run_smoke"]
+__all__ = ["SmokeResult", "build_sequences", "configured_tokenizer", "load_tokenizer", "register",
+           "run_smoke"]
 
 IGNORE = -100
 #: (prompt fields, response field) pairs tried in order when none are given.
@@ -288,6 +289,35 @@ def _print(result: SmokeResult, out: Any) -> None:
           file=out)
 
 
+def configured_tokenizer(config: dict[str, Any]) -> str | None:
+    """The tokenizer a pipeline's stages are configured with (the first ``tokenizer:``
+    parameter found), so the smoke model is sized to what the length checks counted with.
+
+    >>> configured_tokenizer({"stages": [{"stage": "unicode_fix"},
+    ...                                  {"stage": "context_length", "tokenizer": "tok/qwen3"}]})
+    'tok/qwen3'
+    """
+    for st in config.get("stages", []) or []:
+        value = st.get("tokenizer") if isinstance(st, dict) else None
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict) and isinstance(value.get("path"), str):
+            return value["path"]
+    return None
+
+
+def _pipeline_tokenizer(path: str) -> str | None:
+    import yaml
+
+    config = yaml.safe_load(Path(path).read_text("utf-8")) or {}
+    found = configured_tokenizer(config) if isinstance(config, dict) else None
+    if found and not Path(found).is_absolute():
+        # relative paths in a pipeline file are relative to that file, as the stages read them
+        candidate = Path(path).parent / found
+        found = str(candidate) if candidate.exists() else found
+    return found
+
+
 def cmd_smoke(args: argparse.Namespace) -> int:
     try:
         import torch  # noqa: F401
@@ -302,8 +332,19 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     if args.n <= 0 or args.batch_size <= 0:
         print("cleanpipe smoke: -n and --batch-size must be positive", file=sys.stderr)
         return ExitCode.USAGE
+    tokenizer = args.tokenizer
+    if tokenizer is None and args.pipeline:
+        try:
+            tokenizer = _pipeline_tokenizer(args.pipeline)
+        except OSError as e:
+            print(f"cleanpipe smoke: {e}", file=sys.stderr)
+            return ExitCode.UNREADABLE
+    if tokenizer is None:
+        print("cleanpipe smoke: give --tokenizer, or --pipeline with a stage that has a "
+              "tokenizer: parameter", file=sys.stderr)
+        return ExitCode.USAGE
     try:
-        tok = load_tokenizer(args.tokenizer)
+        tok = load_tokenizer(tokenizer)
     except OSError as e:
         print(f"cleanpipe smoke: {e}", file=sys.stderr)
         return ExitCode.UNREADABLE
@@ -332,8 +373,9 @@ def register(subparsers: Any) -> None:
                     "vocabulary, for a few steps on a deterministic sample; exit 1 on a "
                     "non-finite loss or gradient norm or an out-of-range token id.")
     p.add_argument("input", help="cleaned output folder, or any dataset path cleanpipe reads")
-    p.add_argument("--tokenizer", required=True,
+    p.add_argument("--tokenizer",
                    help="tokenizer.json, or a folder with tokenizer.json + tokenizer_config.json")
+    p.add_argument("--pipeline", help="take the tokenizer from this pipeline YAML's stages")
     p.add_argument("-n", type=int, default=128, help="rows to sample (default 128)")
     p.add_argument("--batch-size", type=int, default=8, help="rows per step (default 8)")
     p.add_argument("--seed", type=int, default=0, help="sample and initialisation seed")
