@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import pickle
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,20 @@ class SegmentMapper:
                 decided = (st, q)
             out.append((i, (decided, local._segment_task((self.seg_i, rows)))))
         return envelope(out)
+
+
+#: per worker process: the mapper of each (run, segment) it has served, so stages are
+#: unpickled and ``setup()`` once per process rather than once per task
+_MAPPERS: dict[str, SegmentMapper] = {}
+
+
+def map_chunks(batch: pa.Table, key: str, **kwargs: Any) -> pa.Table:
+    """Ray Data task function: run the cached :class:`SegmentMapper` of ``key``."""
+    m = _MAPPERS.get(key)
+    if m is None:
+        _MAPPERS.clear()  # an earlier run's stages are no longer needed
+        m = _MAPPERS[key] = SegmentMapper(**kwargs)
+    return m(batch)
 
 
 def _in_order(results: Iterable[pa.Table]) -> Iterator[tuple[int, Any]]:
@@ -218,9 +233,12 @@ def _run_segment(ray: Any, refs: list[Any], stages: list[Stage], seg_i: int,
     if not refs:
         return iter(())
     ds = ray.data.from_arrow_refs(refs)
+    # tasks, not actors: Ray reuses its worker processes across tasks, so the imports and
+    # stage setup are paid once per process for the whole run, not once per segment
     ds = ds.map_batches(
-        SegmentMapper,
-        fn_constructor_kwargs={
+        map_chunks,
+        fn_kwargs={
+            "key": f"{uuid.uuid4().hex}-{seg_i}",
             "stages_blob": pickle.dumps(stages, protocol=pickle.HIGHEST_PROTOCOL),
             "seg_i": seg_i, "decide_idx": decide_idx, "text_fields": text_fields,
             "flag_codes": flag_codes},
