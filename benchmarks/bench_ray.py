@@ -102,7 +102,8 @@ def main() -> None:
     ray.shutdown()
     (n_l, t_l, tot_l), (n_r, t_r, tot_r) = rows
     assert tot_l == tot_r == rep_warm["totals"], (tot_l, tot_r)
-    cmd = ".venv/bin/python benchmarks/bench_ray.py"
+    env = os.environ.get("CLEANPIPE_REALDATA")
+    cmd = (f"CLEANPIPE_REALDATA={env} " if env else "") + ".venv/bin/python benchmarks/bench_ray.py"
     lines = [
         f"`{cmd}`", "",
         f"t0 corpus ({tot_l['read']} rows, {len(list(data.glob('*.jsonl')))} files), pipeline:"
