@@ -19,16 +19,24 @@ def strings_in(value: object) -> Iterator[str]:
             yield from strings_in(v)
 
 
+def _jsonl(text: str) -> list[str]:
+    out: list[str] = []
+    for line in text.split("\n"):  # only "\n": U+2028 inside strings is data
+        if line.strip():
+            out.extend(strings_in(json.loads(line)))
+    return out
+
+
 def file_strings(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
-        out: list[str] = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                out.extend(strings_in(json.loads(line)))
-        return out
+        return _jsonl(text)
     if path.suffix == ".json":
-        return list(strings_in(json.loads(path.read_text(encoding="utf-8"))))
-    return path.read_text(encoding="utf-8").splitlines(keepends=True)
+        try:
+            return list(strings_in(json.loads(text)))
+        except json.JSONDecodeError:  # some ".json" files are JSON lines
+            return _jsonl(text)
+    return text.split("\n")
 
 
 def folder_strings(folder: Path, every: int = 1, suffixes=(".json", ".jsonl", ".txt")) -> list[str]:

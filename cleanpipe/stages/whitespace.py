@@ -54,7 +54,8 @@ class Whitespace(TextStage):
         ws = r"[ \t\n\r\x0B\x0C]"
         rules = [
             Rule("unusual_space", cls(*unusual), replacement=" ", codepoints=expand(*unusual)),
-            Rule("space_run", r"([^ \t\n])[ \t]{2,}", replacement=r"\1 ", detail="run"),
+            Rule("space_run", r"[^ \t\n][ \t]{2,}[^ \t\n]", replace=r"([^ \t\n])[ \t]{2,}",
+                 replacement=r"\1 ", detail="run"),
             Rule("trailing_space", r"[ \t]+(\n|$)", replacement=r"\1", detail="trailing"),
             Rule("blank_lines", r"\n{3,}", replacement="\n\n", detail="blank lines"),
             Rule("edge_whitespace", f"^{ws}+|{ws}+$", detail="edges"),
