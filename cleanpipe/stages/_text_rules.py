@@ -36,6 +36,17 @@ class Rule:
     codepoints: Sequence[int] = ()
     fixer: Callable[[list[str]], list[str]] | None = None
     detail: str | None = None
+    trim: str | None = None
+    """Characters trimmed from both ends with ``utf8_trim`` (``detect`` is then unused)."""
+
+    def mask(self, texts: pa.Array) -> np.ndarray:
+        if self.trim is None:
+            return regex_mask(texts, self.detect)
+        if len(texts) == 0:
+            return np.zeros(0, dtype=bool)
+        shorter = pc.less(pc.binary_length(pc.utf8_trim(texts, self.trim)),
+                          pc.binary_length(texts))
+        return pc.fill_null(shorter, False).to_numpy(zero_copy_only=False)
 
 
 @dataclass
@@ -53,18 +64,26 @@ class RuleSet:
         metrics: dict = {"strings": len(texts), "strings_hit": 0, "codepoints": counts}
         if not self.rules or len(texts) == 0:
             return TextResult(texts, found, metrics)
-        union = self.prefilter or "|".join(f"(?:{r.detect})" for r in self.rules)
-        rows = np.flatnonzero(regex_mask(texts, union))
+        union = self.prefilter or "|".join(
+            f"(?:{r.detect})" for r in self.rules if r.trim is None)
+        hit = regex_mask(texts, union)
+        for r in self.rules:
+            if r.trim is not None:
+                hit |= r.mask(texts)
+        rows = np.flatnonzero(hit)
         metrics["strings_hit"] = int(rows.size)
         if rows.size == 0:
             return TextResult(texts, found, metrics)
-        sub = texts.take(pa.array(rows))
+        # Taking a large subset costs more than the passes it saves.
+        sub = texts if rows.size * 2 > len(texts) else texts.take(pa.array(rows))
+        if sub is texts:
+            rows = np.arange(len(texts), dtype=np.int64)
         if not pa.types.is_large_string(sub.type):
             sub = sub.cast(pa.large_string())
         out = sub
         hits: list[tuple[Rule, np.ndarray, list[str | None] | None]] = []
         for rule in self.rules:
-            local = np.flatnonzero(regex_mask(out, rule.detect))
+            local = np.flatnonzero(rule.mask(out))
             fixed: list[str] | None = None
             if rule.fixer is not None and local.size:
                 # A context rule may keep every match (a ZWJ inside an emoji): only the
@@ -82,6 +101,8 @@ class RuleSet:
                 continue
             if fixed is not None:
                 out = put(out, local, pa.array(fixed, pa.large_string()))
+            elif rule.trim is not None:
+                out = pc.utf8_trim(out, rule.trim)
             else:
                 out = pc.replace_substring_regex(out, rule.replace or rule.detect,
                                                  rule.replacement)
@@ -95,6 +116,8 @@ class RuleSet:
         metrics["strings_changed"] = int(changed.size)
         if changed.size == 0:
             return TextResult(texts, found, metrics)
+        if rows.size == len(texts):
+            return TextResult(out.cast(texts.type), found, metrics)
         return TextResult(put(texts, rows[changed], out.take(pa.array(changed))), found,
                           metrics)
 

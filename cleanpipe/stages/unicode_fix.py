@@ -161,7 +161,31 @@ class UnicodeFix(TextStage):
         originals: list[str] = []
         fixed_list: list[str] = []
         fired: dict[str, list[tuple[int, int, str]]] = {}
-        for p, text in zip(cand.tolist(), texts.take(pa.array(cand)).to_pylist(), strict=True):
+        sub = texts.take(pa.array(cand))
+        line_fixed = np.zeros(cand.size, dtype=bool)
+        if config.fix_line_breaks:
+            # Strings whose only business for ftfy is CR line breaks: once CRLF/CR become LF
+            # the result is provably one ftfy leaves alone, and no earlier ftfy step can act on
+            # the original (no entity, not "bad", no other unsafe character: the line-fixed
+            # text has none, and CR is in no explicit class of those patterns), so
+            # ftfy.fix_text gives exactly the line-fixed text. Done in bulk.
+            lf = pc.replace_substring(pc.replace_substring(sub, "\r\n", "\n"), "\r", "\n")
+            has_cr = pc.fill_null(pc.match_substring(sub, "\r"), False).to_numpy(
+                zero_copy_only=False)
+            line_fixed = has_cr & ~regex_mask(lf, needs_ftfy_regex(config))
+            if line_fixed.any():
+                for k, (old, new) in enumerate(zip(
+                        sub.filter(pa.array(line_fixed)).to_pylist(),
+                        lf.filter(pa.array(line_fixed)).to_pylist(), strict=True)):
+                    p = int(cand[np.flatnonzero(line_fixed)[k]])
+                    fired.setdefault("fix_line_breaks", []).append(
+                        (p, len(changed), "fix_line_breaks"))
+                    changed.append(p)
+                    originals.append(old)
+                    fixed_list.append(new)
+        metrics["line_break_only_strings"] = int(line_fixed.sum())
+        rest = cand[~line_fixed]
+        for p, text in zip(rest.tolist(), texts.take(pa.array(rest)).to_pylist(), strict=True):
             fixed, steps = _explain(text, config)
             if fixed == text:
                 continue
@@ -176,11 +200,13 @@ class UnicodeFix(TextStage):
                    if all(self.action_of(code) is Action.FIX for code, hits in fired.items()
                           if any(h[0] == p for h in hits))] if any(
             self.action_of(c) is not Action.FIX for c in fired) else list(range(len(changed)))
-        pos = np.asarray([changed[k] for k in rewrite], dtype=np.int64)
-        out = put(texts, pos, pa.array([fixed_list[k] for k in rewrite], pa.large_string()))
+        order = sorted(rewrite, key=lambda k: changed[k])
+        pos = np.asarray([changed[k] for k in order], dtype=np.int64)
+        out = put(texts, pos, pa.array([fixed_list[k] for k in order], pa.large_string()))
         olds = pa.array(originals, pa.large_string())
         news = pa.array(fixed_list, pa.large_string())
         for code, hits in fired.items():
+            hits.sort()
             hp = np.array([h[0] for h in hits], dtype=np.int64)
             local = np.array([h[1] for h in hits], dtype=np.int64)
             before, after = examples(local, olds, news, self.examples)

@@ -58,6 +58,7 @@ class Whitespace(TextStage):
                  replacement=r"\1 ", detail="run"),
             Rule("trailing_space", r"[ \t]+(\n|$)", replacement=r"\1", detail="trailing"),
             Rule("blank_lines", r"\n{3,}", replacement="\n\n", detail="blank lines"),
-            Rule("edge_whitespace", f"^{ws}+|{ws}+$", detail="edges"),
+            Rule("edge_whitespace", f"^{ws}+|{ws}+$", trim=" \t\n\r\x0b\x0c",
+                 detail="edges"),
         ]
         return RuleSet(self.name, rules, self.action_of, self.examples).apply(texts)
