@@ -81,3 +81,20 @@ def test_unicode_fix_equals_ftfy_on_arbitrary_text(name: str, texts: list[str]) 
     stage = STAGES[name]
     got = stage.transform(pa.array(texts, pa.large_string())).texts.to_pylist()
     assert got == [ftfy.fix_text(t, stage.ftfy_config()) for t in texts]
+
+
+@pytest.mark.parametrize("name", sorted(STAGES))
+def test_standalone_kinds(name: str) -> None:
+    import datasets
+    import polars as pl
+
+    stage = STAGES[name]
+    texts = ["sÃ³lo\u200b  x\r\n", "<|endoftext|>caf&eacute;\x00 ", "plain"]
+    expected = stage.transform(pa.array(texts, pa.large_string())).texts.to_pylist()
+    assert [stage(t) for t in texts] == expected
+    assert stage(texts) == expected
+    assert stage(pa.array(texts)).to_pylist() == expected
+    assert stage(pl.Series("t", texts)).to_list() == expected
+    ds = datasets.Dataset.from_dict({"text": texts, "n": [1, 2, 3]})
+    out = ds.map(stage, batched=True)
+    assert out["text"] == expected and out["n"] == [1, 2, 3]

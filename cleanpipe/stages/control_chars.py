@@ -28,7 +28,7 @@ import pyarrow as pa
 from ftfy.fixes import fix_surrogates
 
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import put, regex_mask
+from cleanpipe.stages._text_util import plain_input, put, regex_mask
 from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
 
 _C0 = ((0x01, 0x08), 0x0B, 0x0C, (0x0E, 0x1F), 0x7F)
@@ -111,3 +111,5 @@ class ControlChars(TextStage):
         res.metrics["lone_surrogate_strings"] = int(hit.size)
         return TextResult(res.texts, found, res.metrics)
 
+    def __call__(self, data: object) -> object:
+        return super().__call__(plain_input(data))

@@ -27,6 +27,7 @@ import re
 import pyarrow as pa
 
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
+from cleanpipe.stages._text_util import plain_input
 from cleanpipe.stages.base import Action, TextResult, TextStage
 
 _ZW = (0x200B, 0x2060, 0x180E)
@@ -132,3 +133,6 @@ class InvisibleChars(TextStage):
                         (0x2061, 0x2064), (0x206A, 0x206F))
         return RuleSet(self.name, self._rules(), self.action_of, self.examples,
                        prefilter=prefilter).apply(texts)
+
+    def __call__(self, data: object) -> object:
+        return super().__call__(plain_input(data))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
+from cleanpipe.stages._text_util import plain_input
 from cleanpipe.stages.base import Action, TextResult, TextStage
 
 _UNUSUAL = (0xA0, 0x1680, (0x2000, 0x200A), 0x202F, 0x205F)
@@ -62,3 +63,6 @@ class Whitespace(TextStage):
                  detail="edges"),
         ]
         return RuleSet(self.name, rules, self.action_of, self.examples).apply(texts)
+
+    def __call__(self, data: object) -> object:
+        return super().__call__(plain_input(data))
