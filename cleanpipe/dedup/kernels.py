@@ -352,7 +352,7 @@ def union_find(n: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return parent
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _space_len(data: np.ndarray, i: int, end: int) -> int:
     """Byte length of the whitespace character at ``i`` (0 if it is not one).
 
@@ -391,6 +391,18 @@ def collapse_whitespace(data: np.ndarray, offsets: np.ndarray,
         pending = False
         at_start = True
         while i < end:
+            c = data[i]
+            if 32 < c < 0x80 and c != sep:
+                # Printable ASCII, the common case: no whitespace test needed.
+                if pending and not at_start:
+                    out[w] = 32
+                    w += 1
+                pending = False
+                at_start = False
+                out[w] = c
+                w += 1
+                i += 1
+                continue
             k = _space_len(data, i, end)
             if k > 0:
                 pending = True
