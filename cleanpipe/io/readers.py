@@ -88,6 +88,9 @@ def _open_bytes(shard: Shard) -> bytes:
     return raw
 
 
+#: deeper records cannot go through Arrow, Parquet and the field walkers safely; real
+#: fine-tuning records are a few levels deep (conversations[*].content is 3)
+MAX_NESTING = 64
 #: more invalid bytes than this share of a file means it is not UTF-8 with a few bad
 #: sequences but another encoding altogether: say so instead of replacing half the text
 NOT_UTF8_SHARE = 0.005
@@ -265,7 +268,7 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
                 numbers = np.arange(1, n_lines + 1, dtype=np.int64)
             else:
                 numbers = _line_numbers(data)[2]
-            if table.num_rows == len(numbers):
+            if table.num_rows == len(numbers) and _type_depth(table.schema) <= MAX_NESTING:
                 yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
                 return
     starts, ends, numbers = _line_numbers(data)
@@ -273,6 +276,7 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
     # Slow path, only for files with a broken line, invalid UTF-8 or types pyarrow cannot
     # infer in one go: parse line by line so one bad line costs one record, not the file.
     records: list[Any] = []
+    raws: list[str] = []
     good: list[int] = []
     decoder = json.JSONDecoder()
     for s, e, num, off in zip(starts.tolist(), ends.tolist(), numbers.tolist(),
@@ -309,8 +313,9 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
                                  f" (line {num})", text, s))
             continue
         records.append(rec)
+        raws.append(text)
         good.append(num)
-    table, records_bad = _table_from_records(shard, records, good, opts)
+    table, records_bad = _table_from_records(shard, records, good, opts, raws)
     bad = sorted(bad + records_bad, key=lambda b: b.line)
     yield from _batches(table, np.asarray(good, dtype=np.int64), shard, bad, opts.batch_size,
                         len(raw))
@@ -331,18 +336,18 @@ def _json_kind(v: Any) -> str:
 
 
 def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
-                        opts: ReadOptions) -> tuple[pa.Table, list[BadRecord]]:
+                        opts: ReadOptions, raws: list[str] | None = None
+                        ) -> tuple[pa.Table, list[BadRecord]]:
     """A table of ``records``; a record whose field has another JSON type than that field
     has in most records (a number where text is expected) becomes a ``type_mismatch`` bad
     record, so one odd record costs that record, not the file. ``numbers`` is updated in
     place to the records kept."""
+    texts: list[str | None] = list(raws) if raws is not None else [None] * len(records)
+    records, too_deep = _drop_too_deep(shard, records, numbers, texts)
     try:
-        return _from_pylist(records), []
+        return _from_pylist(records), too_deep
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         pass
-    except RecursionError:
-        raise InputError(f"{shard.path}: records nested too deeply for Arrow; flatten them"
-                         " before cleaning") from None
     kinds: dict[str, dict[str, int]] = {}
     for rec in records:
         for k, v in rec.items():
@@ -354,7 +359,7 @@ def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
     major = {k: max(c, key=lambda kind: c[kind]) for k, c in kinds.items() if len(c) > 1}
     bad: list[BadRecord] = []
     keep_recs, keep_nums = [], []
-    for rec, num in zip(records, numbers, strict=True):
+    for rec, num, raw in zip(records, numbers, texts, strict=True):
         wrong = [(k, _json_kind(v)) for k, v in rec.items()
                  if k in major and v is not None and _json_kind(v) != major[k]]
         if wrong:
@@ -366,7 +371,7 @@ def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
             bad.append(BadRecord(shard.name, num, "type_mismatch",
                                  f"field {k!r} is a JSON {kind} here but a {major[k]} in most"
                                  f" records (record {num})",
-                                 json.dumps(rec, ensure_ascii=False)[:100_000]))
+                                 raw if raw is not None else _dumps(rec)))
             continue
         keep_recs.append(rec)
         keep_nums.append(num)
@@ -379,7 +384,66 @@ def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
             f"{where}: column {col!r} mixes types inside its values ({e}); make the column"
             " one type or read it as a string") from e
     numbers[:] = keep_nums
-    return table, bad
+    return table, bad + too_deep
+
+
+def _type_depth(schema: pa.Schema | pa.DataType) -> int:
+    """How many levels of struct/list nesting a schema has (iteratively: no recursion)."""
+    stack = [(f.type, 1) for f in schema] if isinstance(schema, pa.Schema) else [(schema, 1)]
+    depth = 0
+    while stack:
+        t, d = stack.pop()
+        depth = max(depth, d)
+        if pa.types.is_struct(t):
+            stack.extend((t.field(i).type, d + 1) for i in range(t.num_fields))
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            stack.append((t.value_type, d + 1))
+        elif pa.types.is_map(t):
+            stack.extend(((t.key_type, d + 1), (t.item_type, d + 1)))
+    return depth
+
+
+def _value_depth(v: Any) -> int:
+    depth = 0
+    stack = [(v, 0)]
+    while stack:
+        x, d = stack.pop()
+        depth = max(depth, d)
+        if isinstance(x, dict):
+            stack.extend((y, d + 1) for y in x.values())
+        elif isinstance(x, list):
+            stack.extend((y, d + 1) for y in x)
+    return depth
+
+
+def _drop_too_deep(shard: Shard, records: list[Any], numbers: list[int],
+                   raws: list[str | None]) -> tuple[list[Any], list[BadRecord]]:
+    """Records nested deeper than :data:`MAX_NESTING` become bad records (``numbers`` and
+    ``raws`` are updated in place). Records are only walked when one holds a nested value at all."""
+    if not any(isinstance(v, (dict, list)) for r in records for v in r.values()):
+        return records, []
+    keep, nums, texts, bad = [], [], [], []
+    for rec, num, raw in zip(records, numbers, raws, strict=True):
+        d = _value_depth(rec)
+        if d > MAX_NESTING:
+            bad.append(BadRecord(shard.name, num, "too_deep",
+                                 f"record {num} is nested {d} levels deep; at most"
+                                 f" {MAX_NESTING} levels can be stored: flatten it",
+                                 raw if raw is not None else _dumps(rec)))
+            continue
+        keep.append(rec)
+        nums.append(num)
+        texts.append(raw)
+    numbers[:] = nums
+    raws[:] = texts
+    return keep, bad
+
+
+def _dumps(rec: Any) -> str | None:
+    try:
+        return json.dumps(rec, ensure_ascii=False)[:100_000]
+    except RecursionError:  # deeper than json can write: the row id still says where it was
+        return None
 
 
 def _from_pylist(records: list[Any]) -> pa.Table:
