@@ -224,7 +224,8 @@ def run_text_stage(stage: TextStage, data: pa.RecordBatch, text_fields: list[str
         if not _present(data, f):
             raise FieldError(
                 f"{shard}: text field {f!r} is not in this file; columns: "
-                f"{', '.join(data.schema.names)}"
+                f"{', '.join(data.schema.names)}; name the text fields every file has with"
+                " fields: (or --fields), or clean such files in a separate run"
             )
         values, positions = flatten_field(data, f)
         res = stage.transform(values)
