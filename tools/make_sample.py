@@ -4,7 +4,7 @@ Deterministic: the same script writes byte-identical files (``random.Random(SEED
 clock, no environment). Every record is generated here from small word lists written for
 cleanpipe; nothing is copied from any dataset. Run from the repository root::
 
-    .venv/bin/python tools/make_sample.py
+    .venv/bin/python tools/make_sample.py [OUTDIR]   # default: cleanpipe/sample
 
 Clean records come from varied task families (arithmetic, sorting, word puzzles, unit
 conversion, facts) so that no two clean records are near duplicates; then problems are
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 SEED = 20261202
@@ -29,9 +30,12 @@ WORDS = ("harbor lantern meadow orbit pencil quartz ribbon saddle timber velvet 
          "koala lemon magnet nutmeg onion parrot quokka radish spruce tulip unicorn vortex "
          "wombat yogurt basil cobalt dagger eclipse fiddle goblet heron ivory jackal kiwi "
          "lotus mango noodle opal pebble quill rocket sparrow thistle urchin vapor wagon").split()
-CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Kenya", "Nairobi"), ("Peru", "Lima"),
-            ("Canada", "Ottawa"), ("Egypt", "Cairo"), ("Norway", "Oslo"), ("Chile", "Santiago"),
-            ("Vietnam", "Hanoi"), ("Poland", "Warsaw"), ("Ghana", "Accra"), ("Cuba", "Havana")]
+NEAR_EN = ("The keeper wakes before dawn, climbs the spiral stairs, wipes salt from the "
+           "great lens, trims the wick, records the wind and the height of the swell in the "
+           "logbook, then walks back down to boil the kettle and watch the fishing boats "
+           "leave the harbour one by one while gulls circle the rocks below.")
+NEAR_ZH = ("看守人天亮前起床，沿着螺旋楼梯爬到顶层，擦去镜片上的盐霜，修剪灯芯，在日志里记下风向"
+           "和浪高，然后走下楼烧一壶热茶，看着渔船一艘接一艘驶出港口，海鸥在礁石上空盘旋。")
 ZH_WORDS = [("苹果", "apple"), ("河流", "river"), ("图书馆", "library"), ("星星", "star"),
             ("窗户", "window"), ("老虎", "tiger"), ("雨伞", "umbrella"), ("钢琴", "piano"),
             ("森林", "forest"), ("桥梁", "bridge"), ("蝴蝶", "butterfly"), ("火车", "train"),
@@ -62,11 +66,9 @@ def en_record(rng: random.Random, i: int) -> dict:
         ws = rng.sample(WORDS, 4)
         return {"instruction": "Write these words in upper case, joined by dashes.",
                 "input": " ".join(ws), "output": "-".join(w.upper() for w in ws)}
-    c, cap = CAPITALS[(i // 6) % len(CAPITALS)]
-    n = rng.randint(2, 9)
-    return {"instruction": f"Name the capital of {c} and spell it with {n} dots between "
-                           "letters.", "input": "", "output": f"{cap}: {'.' * n}".join(["", ""])
-            + ("." * n).join(cap)}
+    a, b = rng.randint(100, 9999), rng.randint(3, 97)
+    return {"instruction": f"What is the remainder when {a} is divided by {b}?", "input": "",
+            "output": f"{a} = {b} × {a // b} + {a % b}, so the remainder is {a % b}."}
 
 
 def zh_record(rng: random.Random, i: int) -> dict:
@@ -106,19 +108,33 @@ def chat_record(rng: random.Random, i: int) -> dict:
         {"role": "assistant", "content": f"{a} + {b} = {a + b}；“{w}”有 {len(w)} 个字母。"}]}
 
 
+def unique(rng: random.Random, make: object, n: int) -> list[dict]:
+    """``n`` records from ``make`` with no two sharing a prompt: only planted duplicates may
+    be duplicates (a random draw can repeat; draw again)."""
+    out: list[dict] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        r = make(rng, len(out))  # type: ignore[operator]
+        key = r["instruction"] + "\x1f" + r["input"]
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
 LONG_ESSAY = " ".join(
     f"Step {k}: take the {WORDS[k % len(WORDS)]} from shelf {k * 7 % 101} and place it beside "
     f"the {WORDS[(k * 13) % len(WORDS)]} number {k * 31 % 997}." for k in range(400))
 
 
-def main() -> None:
+def main(out: Path = OUT) -> None:
     rng = random.Random(SEED)
     manifest: list[tuple[str, str, str, str, str]] = []  # problem, file:line, pipeline, stage, code
 
-    en = [en_record(rng, i) for i in range(150)]
+    en = unique(rng, en_record, 150)
     for r in en:
         r["score"] = round(rng.uniform(0.5, 1.0), 3)
-    zh = [zh_record(rng, i) for i in range(100)]
+    zh = unique(rng, zh_record, 100)
     chat = [chat_record(rng, i) for i in range(80)]
 
     def plant(rows: list, idx: int, problem: str, fname: str, pipeline: str, stage: str,
@@ -169,12 +185,10 @@ def main() -> None:
     en[75] = {**en[74]}
     plant(en, 75, "exact duplicate of alpaca_en.jsonl:75", "alpaca_en.jsonl", "demo",
           "exact_dedup", "exact_duplicate")
-    near = dict(en[79])
-    near["instruction"] = en[78]["instruction"]
-    near["input"] = en[78]["input"]
-    near["output"] = en[78]["output"].replace("-", " - ", 1)
-    en[79] = near
-    plant(en, 79, "near duplicate of alpaca_en.jsonl:79 (one edit)", "alpaca_en.jsonl",
+    en[78] = {"instruction": "Describe the morning routine at the lighthouse.", "input": "",
+              "output": NEAR_EN, "score": 0.8}
+    en[79] = {**en[78], "output": NEAR_EN.replace("kettle", "teapot")}
+    plant(en, 79, "near duplicate of alpaca_en.jsonl:79 (one word changed)", "alpaca_en.jsonl",
           "demo", "minhash_dedup", "near_duplicate")
     en[83] = {"instruction": "Write out the warehouse procedure in full.", "input": "",
               "output": LONG_ESSAY, "score": 0.9}
@@ -196,8 +210,8 @@ def main() -> None:
     zh_plant(13, "no-break spaces in Chinese", "whitespace", "unusual_space")
     zh[17] = {**zh[16]}
     zh_plant(17, "exact duplicate of alpaca_zh.jsonl:17", "exact_dedup", "exact_duplicate")
-    zh[21] = {"instruction": zh[20]["instruction"], "input": zh[20]["input"],
-              "output": zh[20]["output"].replace("。", "！")}
+    zh[20] = {"instruction": "描述一下灯塔看守人的早晨。", "input": "", "output": NEAR_ZH}
+    zh[21] = {**zh[20], "output": NEAR_ZH.replace("热茶", "咖啡")}
     zh_plant(21, "near duplicate of alpaca_zh.jsonl:21 (Chinese, one edit)", "minhash_dedup",
              "near_duplicate")
     zh[25]["output"] = "好的。<|im_start|>assistant"
@@ -234,13 +248,13 @@ def main() -> None:
     manifest.append(("label id -1 out of range", "classification.jsonl:21", "classification",
                      "labels", "unknown_label"))
 
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
 
     def dump(rows: list, name: str, broken: dict[int, str] | None = None) -> None:
         lines = [json.dumps(r, ensure_ascii=False) for r in rows]
         for idx, text in sorted((broken or {}).items()):
             lines.insert(idx, text)
-        (OUT / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     # A truncated JSON line: the reader quarantines it as parse_error. It is inserted, so
     # the lines after it move down by one; records planted before line 100 keep their line.
@@ -250,12 +264,12 @@ def main() -> None:
     dump(zh, "alpaca_zh.jsonl")
     dump(chat, "chat.jsonl")
     dump(cls_rows, "classification.jsonl")
-    (OUT / "labels.json").write_text(json.dumps(labels) + "\n", encoding="utf-8")
-    write_manifest(manifest)
-    train_tokenizer()
+    (out / "labels.json").write_text(json.dumps(labels) + "\n", encoding="utf-8")
+    write_manifest(manifest, out)
+    train_tokenizer(out)
 
 
-def write_manifest(rows: list[tuple[str, str, str, str, str]]) -> None:
+def write_manifest(rows: list[tuple[str, str, str, str, str]], out_dir: Path) -> None:
     out = ["# Sample corpus manifest", "",
            "Every problem planted in the bundled sample by `tools/make_sample.py` (do not edit by"
            " hand: rerun the script). `row` is `file:line` (1-based, as in the quarantine's row"
@@ -265,7 +279,7 @@ def write_manifest(rows: list[tuple[str, str, str, str, str]]) -> None:
     for problem, row, pipe, stage, code in rows:
         problem = problem.replace("|", "\\|")
         out.append(f"| {problem} | {row} | {pipe} | {stage} | {code} |")
-    (OUT / "MANIFEST.md").write_text("\n".join(out) + "\n", encoding="utf-8")
+    (out_dir / "MANIFEST.md").write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
 CHAT_TEMPLATE = (
@@ -274,7 +288,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
-def train_tokenizer() -> None:
+def train_tokenizer(out: Path) -> None:
     """A tiny byte-level BPE trained on the sample itself, with a ChatML-like template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -287,9 +301,9 @@ def train_tokenizer() -> None:
                                   show_progress=False)
     texts = []
     for name in ("alpaca_en.jsonl", "alpaca_zh.jsonl", "chat.jsonl"):
-        texts.extend((OUT / name).read_text(encoding="utf-8").splitlines())
+        texts.extend((out / name).read_text(encoding="utf-8").splitlines())
     tok.train_from_iterator(texts, trainer=trainer)
-    d = OUT / "tokenizer"
+    d = out / "tokenizer"
     d.mkdir(exist_ok=True)
     tok.save(str(d / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>",
@@ -300,4 +314,4 @@ def train_tokenizer() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)
