@@ -203,7 +203,8 @@ def main(out: Path = OUT) -> None:
         plant(zh, idx, problem, "alpaca_zh.jsonl", "demo", stage, code)
 
     zh[5]["output"] = "答案是ï¼š42ã€‚"
-    zh_plant(5, "Chinese mojibake (UTF-8 read as cp1252)", "unicode_fix", "fix_encoding")
+    zh_plant(5, "Chinese mojibake inside correct text", "unicode_fix",
+             "decode_inconsistent_utf8")
     zh[9]["output"] = "北京\u200b欢迎你。"
     zh_plant(9, "zero-width space in Chinese", "invisible_chars", "zero_width")
     zh[13]["output"] = "价格是\u00a0100\u00a0元。"
