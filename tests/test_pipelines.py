@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -33,10 +34,12 @@ def _alpaca(i: int) -> dict:
             "output": f"{i} + {i * 7 + 3} = {i * 8 + 3}."}
 
 
-def _chat(i: int) -> dict:
-    if i % 2:
-        return {"conversations": [{"from": "human", "value": f"Square {i}?"},
-                                  {"from": "gpt", "value": f"{i} squared is {i * i}."}]}
+def _sharegpt(i: int) -> dict:
+    return {"conversations": [{"from": "human", "value": f"Square {i}?"},
+                              {"from": "gpt", "value": f"{i} squared is {i * i}."}]}
+
+
+def _openai(i: int) -> dict:
     return {"messages": [{"role": "user", "content": f"{i} 的立方是多少？"},
                          {"role": "assistant", "content": f"{i} 的立方是 {i ** 3}。"}]}
 
@@ -50,15 +53,16 @@ def _text(i: int) -> dict:
     return {"text": f"Document {i}. The river number {i * 11} flows past town {i * 17}."}
 
 
-FIXTURES = {"demo": _alpaca, "sft_alpaca": _alpaca, "sft_chat": _chat,
-            "classification": _cls, "pretrain_text": _text}
+FIXTURES = {"demo": [_alpaca], "sft_alpaca": [_alpaca], "sft_chat": [_sharegpt, _openai],
+            "classification": [_cls], "pretrain_text": [_text]}
+CASES = [(name, make) for name in SHIPPED for make in FIXTURES[name]]
 
 
-@pytest.mark.parametrize("name", SHIPPED)
-def test_pipeline_runs_on_a_fixture(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "make"), CASES,
+                         ids=[f"{n}-{m.__name__.strip('_')}" for n, m in CASES])
+def test_pipeline_runs_on_a_fixture(name: str, make: Any, tmp_path: Path) -> None:
     """20 distinct records plus one exact copy of record 5: every shipped pipeline keeps the
     20 and quarantines the copy, and the output schema is the input schema."""
-    make = FIXTURES[name]
     rows = [make(i) for i in range(20)]
     rows.insert(12, dict(rows[5]))
     src = tmp_path / "in.jsonl"

@@ -57,7 +57,8 @@ PLANTED = parse_manifest((SAMPLE_DIR / "MANIFEST.md").read_text(encoding="utf-8"
 def test_manifest_parses_and_covers_every_form() -> None:
     assert len(PLANTED) >= 30
     files = {p.file for p in PLANTED}
-    assert {"alpaca_en.jsonl", "alpaca_zh.jsonl", "chat.jsonl", "classification.jsonl"} <= files
+    assert {"alpaca_en.jsonl", "alpaca_zh.jsonl", "chat.jsonl", "chat_openai.jsonl",
+            "classification.jsonl"} <= files
     for p in PLANTED:
         assert (SAMPLE_DIR / p.file).is_file(), p
         assert (PIPELINES_DIR / f"{p.pipeline}.yaml").is_file(), p
@@ -82,8 +83,10 @@ def test_sample_is_reproducible(tmp_path: Path) -> None:
 def test_sample_is_mixed_language_and_sized() -> None:
     en = (SAMPLE_DIR / "alpaca_en.jsonl").read_text(encoding="utf-8").splitlines()
     zh = (SAMPLE_DIR / "alpaca_zh.jsonl").read_text(encoding="utf-8").splitlines()
-    chat = (SAMPLE_DIR / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+    chat = [json.loads(x) for f in ("chat.jsonl", "chat_openai.jsonl")
+            for x in (SAMPLE_DIR / f).read_text(encoding="utf-8").splitlines()]
     assert len(en) + len(zh) + len(chat) >= 300
+    assert {"conversations", "messages"} <= {k for r in chat for k in r}
     # U+3000 is kept in the Chinese sample as legitimate text, not planted as a problem
     assert any("\u3000" in line for line in zh)
     assert json.loads((SAMPLE_DIR / "labels.json").read_text()) == [
@@ -91,10 +94,12 @@ def test_sample_is_mixed_language_and_sized() -> None:
 
 
 @cache
-def caught(pipeline: str, out: str) -> tuple[dict[str, set[tuple[str, str]]], dict, list[str]]:
-    """Run a shipped pipeline on its sample input; (row_id -> {(stage, code)}, report, stages)."""
+def caught(pipeline: str, file: str, out: str
+           ) -> tuple[dict[str, set[tuple[str, str]]], dict, list[str]]:
+    """Run a shipped pipeline on one sample file (a pipeline sees one data form at a time);
+    (row_id -> {(stage, code)}, report, stage names)."""
     pipe = shipped_pipeline(pipeline)
-    report = pipe.run(None, out, overwrite=True, workers=1)
+    report = pipe.run(str(SAMPLE_DIR / file), out, overwrite=True, workers=1)
     found: dict[str, set[tuple[str, str]]] = {}
     ev = pq.read_table(Path(out) / "events.parquet").to_pylist()
     for e in ev:
@@ -116,7 +121,8 @@ def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_planted_problem_is_caught(planted: Planted, outdir: Path) -> None:
     if planted.stage != READER_STAGE and planted.stage not in stage_classes():
         pytest.skip(f"stage {planted.stage!r} is not on this branch yet")
-    found, _, stages = caught(planted.pipeline, str(outdir / planted.pipeline))
+    found, _, stages = caught(planted.pipeline, planted.file,
+                              str(outdir / f"{planted.pipeline}-{planted.file}"))
     if planted.stage != READER_STAGE:
         assert planted.stage in stages, (
             f"{planted.pipeline}.yaml does not run {planted.stage}, which exists")
@@ -125,11 +131,14 @@ def test_planted_problem_is_caught(planted: Planted, outdir: Path) -> None:
         f" found {sorted(found.get(planted.row_id, set()))}")
 
 
-@pytest.mark.parametrize("pipeline", sorted({p.pipeline for p in PLANTED}))
-def test_only_planted_rows_are_dropped(pipeline: str, outdir: Path) -> None:
+RUNS = sorted({(p.pipeline, p.file) for p in PLANTED})
+
+
+@pytest.mark.parametrize(("pipeline", "file"), RUNS, ids=[f"{p}-{f}" for p, f in RUNS])
+def test_only_planted_rows_are_dropped(pipeline: str, file: str, outdir: Path) -> None:
     """No clean row of the sample is quarantined, and the totals add up."""
-    out = outdir / pipeline
-    _, report, _ = caught(pipeline, str(out))
+    out = outdir / f"{pipeline}-{file}"
+    _, report, _ = caught(pipeline, file, str(out))
     t = report["totals"]
     assert t["kept"] + t["quarantined"] == t["read"]
     listed = {p.row_id for p in PLANTED if p.pipeline == pipeline}

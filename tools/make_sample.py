@@ -135,7 +135,9 @@ def main(out: Path = OUT) -> None:
     for r in en:
         r["score"] = round(rng.uniform(0.5, 1.0), 3)
     zh = unique(rng, zh_record, 100)
-    chat = [chat_record(rng, i) for i in range(80)]
+    chat = [chat_record(rng, i) for i in range(90)]
+    share = [r for r in chat if "conversations" in r]  # ShareGPT form
+    openai = [r for r in chat if "messages" in r]  # OpenAI form
 
     def plant(rows: list, idx: int, problem: str, fname: str, pipeline: str, stage: str,
               code: str) -> None:
@@ -219,20 +221,23 @@ def main(out: Path = OUT) -> None:
     zh_plant(25, "literal <|im_start|> in Chinese", "special_tokens", "special_token")
 
     # --- chat --------------------------------------------------------------------------
-    def chat_plant(idx: int, problem: str, stage: str, code: str) -> None:
-        plant(chat, idx, problem, "chat.jsonl", "sft_chat", stage, code)
+    def chat_plant(rows: list, idx: int, fname: str, problem: str, stage: str,
+                   code: str) -> None:
+        plant(rows, idx, problem, fname, "sft_chat", stage, code)
 
-    chat[3]["conversations"] = chat[3]["conversations"][:3]
-    chat_plant(3, "chat ends on a user turn", "schema", "last_turn_not_assistant")
-    chat[6]["messages"][2]["content"] = ""
-    chat_plant(6, "empty assistant turn", "schema", "empty_assistant_turn")
-    chat[9]["conversations"][0]["from"] = "narrator"
-    chat_plant(9, "unknown role 'narrator'", "schema", "unknown_role")
-    chat[12]["messages"][1]["content"] += "\u200b"
-    chat_plant(12, "zero-width space inside messages[*].content", "invisible_chars",
-               "zero_width")
-    chat[15]["conversations"][3]["value"] = "Sure.\r\nDone."
-    chat_plant(15, "CRLF inside conversations[*].value", "control_chars", "crlf")
+    share[3]["conversations"] = share[3]["conversations"][:3]
+    chat_plant(share, 3, "chat.jsonl", "chat ends on a user turn", "schema", "bad_last_role")
+    share[9]["conversations"][0]["from"] = "narrator"
+    chat_plant(share, 9, "chat.jsonl", "unknown role 'narrator'", "schema", "unknown_role")
+    share[15]["conversations"][3]["value"] = "Sure.\r\nDone."
+    chat_plant(share, 15, "chat.jsonl", "CRLF inside conversations[*].value", "control_chars",
+               "crlf")
+    openai[6]["messages"][2]["content"] = ""
+    chat_plant(openai, 6, "chat_openai.jsonl", "empty assistant turn", "schema",
+               "empty_assistant")
+    openai[12]["messages"][1]["content"] += "\u200b"
+    chat_plant(openai, 12, "chat_openai.jsonl", "zero-width space inside messages[*].content",
+               "invisible_chars", "zero_width")
 
     # --- classification ------------------------------------------------------------------
     labels = ["positive", "negative", "neutral"]
@@ -241,13 +246,14 @@ def main(out: Path = OUT) -> None:
         w1, w2 = rng.sample(WORDS, 2)
         lab = i % 3
         mood = ["loved", "hated", "noticed"][lab]
-        cls_rows.append({"text": f"I {mood} the {w1} near the {w2} ({i}).", "label": lab})
-    cls_rows[10]["label"] = 7
-    manifest.append(("label id 7 out of range (3 labels)", "classification.jsonl:11",
+        cls_rows.append({"text": f"I {mood} the {w1} near the {w2} ({i}).",
+                         "label": labels[lab]})
+    cls_rows[10]["label"] = "postive"
+    manifest.append(("label 'postive' (typo) not in labels.json", "classification.jsonl:11",
                      "classification", "labels", "unknown_label"))
-    cls_rows[20]["label"] = -1
-    manifest.append(("label id -1 out of range", "classification.jsonl:21", "classification",
-                     "labels", "unknown_label"))
+    cls_rows[20]["label"] = "mixed"
+    manifest.append(("label 'mixed' not in labels.json", "classification.jsonl:21",
+                     "classification", "labels", "unknown_label"))
 
     out.mkdir(parents=True, exist_ok=True)
 
@@ -263,7 +269,8 @@ def main(out: Path = OUT) -> None:
     manifest.append(("malformed JSON line", "alpaca_en.jsonl:100", "demo", "read",
                      "parse_error"))
     dump(zh, "alpaca_zh.jsonl")
-    dump(chat, "chat.jsonl")
+    dump(share, "chat.jsonl")
+    dump(openai, "chat_openai.jsonl")
     dump(cls_rows, "classification.jsonl")
     (out / "labels.json").write_text(json.dumps(labels) + "\n", encoding="utf-8")
     write_manifest(manifest, out)
@@ -301,7 +308,7 @@ def train_tokenizer(out: Path) -> None:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     texts = []
-    for name in ("alpaca_en.jsonl", "alpaca_zh.jsonl", "chat.jsonl"):
+    for name in ("alpaca_en.jsonl", "alpaca_zh.jsonl", "chat.jsonl", "chat_openai.jsonl"):
         texts.extend((out / name).read_text(encoding="utf-8").splitlines())
     tok.train_from_iterator(texts, trainer=trainer)
     d = out / "tokenizer"
