@@ -181,13 +181,31 @@ def cmd_stages(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def shipped_pipeline(name: str) -> Any:
+    """A pipeline shipped in ``cleanpipe/pipelines``, with its relative paths (input files,
+    a stage's ``tokenizer``) resolved against that folder, so it runs from any directory."""
     from cleanpipe.pipeline import Pipeline
 
-    pipe = Pipeline.from_yaml(PIPELINES_DIR / "demo.yaml")
+    pipe = Pipeline.from_yaml(PIPELINES_DIR / f"{name}.yaml")
+
+    def here(p: str) -> str:
+        return p if Path(p).is_absolute() else str((PIPELINES_DIR / p).resolve())
+
+    src = pipe.spec.input.path
+    if src is not None:
+        pipe.spec.input.path = here(src) if isinstance(src, str) else [here(s) for s in src]
+    for stage in pipe.stages:
+        tok = getattr(stage, "tokenizer", None)
+        if isinstance(tok, str) and tok.startswith("../"):
+            object.__setattr__(stage, "tokenizer", here(tok))
+    return pipe
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    pipe = shipped_pipeline("demo")
     out = args.output or "cleanpipe-demo"
     print(f"cleanpipe demo: default pipeline on the bundled sample corpus ({SAMPLE_DIR})")
-    report = pipe.run(SAMPLE_DIR, out, overwrite=args.overwrite, workers=args.workers,
+    report = pipe.run(None, out, overwrite=args.overwrite, workers=args.workers,
                       progress=not args.no_progress)
     code = _finish(report, out, False)
     print(f"reports: {out}/report.md, {out}/report.html, {out}/report.json")
