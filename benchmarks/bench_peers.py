@@ -145,6 +145,8 @@ def cleanpipe_removed(out: Path) -> dict[str, str]:
 
     removed: dict[str, str] = {}
     for f in sorted((out / "quarantine").glob("*.parquet")):
+        if "_cleanpipe_row_id" not in pq.read_schema(f).names:  # an empty quarantine
+            continue
         t = pq.read_table(f, columns=["_cleanpipe_row_id", "_cleanpipe_stage"])
         for rid, stage in zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True):
             removed[norm_id(rid)] = str(stage)

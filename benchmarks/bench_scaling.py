@@ -12,7 +12,7 @@ Usage::
     .venv/bin/python benchmarks/bench_scaling.py [--sizes 1,2,4,8] [--workers 2]
 
     >>> perturb("a b c d e f g h", 1)
-    'a bq c d e fq g h'
+    'a bz c d e fz g h'
     >>> perturb("a b c d e f g h", 0)
     'a b c d e f g h'
 """
