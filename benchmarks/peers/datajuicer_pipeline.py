@@ -86,7 +86,10 @@ def main() -> None:
     pipeline_s = time.perf_counter() - t0
 
     kept: set[str] = set()
-    for f in sorted(export.parent.glob("*.jsonl")):
+    # result.jsonl holds the kept rows; result_stats.jsonl beside it holds only the stats.
+    for f in sorted(export.parent.glob("result*.jsonl")):
+        if f.name.endswith("_stats.jsonl"):
+            continue
         with f.open() as fh:
             kept.update(json.loads(ln)["row_id"] for ln in fh if ln.strip())
     all_ids: list[str] = []
