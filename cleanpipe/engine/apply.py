@@ -259,6 +259,16 @@ def apply_decide(stage: GlobalStage, rows: Rows, text_fields: list[str],
 
 def char_histogram(batch: pa.RecordBatch, text_fields: list[str]) -> list[int]:
     """Rows per character-count bin (all present text fields of a row added up)."""
+    return histogram_of(char_counts(batch, text_fields))
+
+
+def histogram_of(counts: np.ndarray) -> list[int]:
+    bins = np.searchsorted(np.asarray(CHAR_EDGES[1:]), counts, side="right")
+    return np.bincount(bins, minlength=len(CHAR_EDGES)).tolist()
+
+
+def char_counts(batch: pa.RecordBatch, text_fields: list[str]) -> np.ndarray:
+    """Characters per row, all present text fields added up."""
     n = batch.num_rows
     total = np.zeros(n, dtype=np.int64)
     for f in text_fields:
@@ -270,5 +280,4 @@ def char_histogram(batch: pa.RecordBatch, text_fields: list[str]) -> list[int]:
             continue
         lens = pc.fill_null(pc.utf8_length(values), 0).to_numpy(zero_copy_only=False)
         total += np.bincount(positions, weights=lens, minlength=n).astype(np.int64)
-    bins = np.searchsorted(np.asarray(CHAR_EDGES[1:]), total, side="right")
-    return np.bincount(bins, minlength=len(CHAR_EDGES)).tolist()
+    return total

@@ -52,6 +52,7 @@ class Chunk:
     numbers: np.ndarray  # 1-based line or record number of each row
     bad: list[BadRecord] = field(default_factory=list)
     bytes_read: int = 0  # bytes of the shard consumed by this chunk (for progress)
+    digest: bytes | None = None  # xxh3-128 of the shard's bytes (first chunk only)
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,23 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
         first = False
 
 
+def _fast_json(data: bytes) -> pa.Table | None:
+    """pyarrow's multithreaded JSON reader, or None when the file needs the careful path."""
+    try:
+        # small blocks parse in parallel; a record longer than a block needs a bigger one
+        return pjson.read_json(io.BytesIO(data))
+    except pa.ArrowInvalid as e:
+        if "straddling" not in str(e) and "block" not in str(e):
+            return None
+    except pa.ArrowNotImplementedError:
+        return None
+    try:
+        return pjson.read_json(io.BytesIO(data),
+                               read_options=pjson.ReadOptions(block_size=len(data) + 1))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
 def _read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     raw = _open_bytes(shard)
     data, bad_offsets = _decode_to_utf8(shard, raw, opts)
@@ -169,14 +187,7 @@ def _read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                             len(raw))
         return
     if not bad_offsets:
-        try:
-            table = pjson.read_json(
-                io.BytesIO(data),
-                read_options=pjson.ReadOptions(
-                    block_size=max(1 << 20, min(len(data) + 1, 1 << 28))),
-            )
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            table = None
+        table = _fast_json(data)
         if table is not None:
             n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
             if table.num_rows == n_lines:
