@@ -83,6 +83,9 @@ class Measurement:
     rc: int
     stdout: str
     stderr: str
+    #: 1-minute load average when the run started and ended: this machine may be shared, and
+    #: a load above its core count means the figures include other work's contention.
+    load: tuple[float, float] = (0.0, 0.0)
 
     @property
     def ok(self) -> bool:
@@ -147,6 +150,7 @@ def measure(
     """Run ``cmd`` in a fresh subprocess; wall time, peak tree PSS and max single RSS."""
     full_env = {**os.environ, **(env or {})}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        load0 = os.getloadavg()[0]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=full_env, cwd=cwd)
         sampler = _TreeSampler(proc.pid, interval)
@@ -178,6 +182,7 @@ def measure(
         rc=proc.returncode,
         stdout=stdout,
         stderr=stderr,
+        load=(load0, os.getloadavg()[0]),
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -240,7 +241,8 @@ LABELS = {
 def report(results: dict[str, dict[str, Any]], rows_in: int, size: int, args: Any,
            inp: Path) -> str:
     headers = ["tool", "wall s", "docs/s", "MB/s", "peak RSS MB (tree PSS)",
-               "max single RSS MB", "rows removed", "speedup vs this", "RSS cleanpipe/this"]
+               "max single RSS MB", "rows removed", "speedup vs this", "RSS cleanpipe/this",
+               "load avg start→end"]
     cp = results.get("cleanpipe", {})
     cp_m = cp.get("m") if "removed_ids" in cp else None
     table, notes = [], []
@@ -249,7 +251,7 @@ def report(results: dict[str, dict[str, Any]], rows_in: int, size: int, args: An
         if r is None:
             continue
         if "skipped" in r or "error" in r:
-            table.append([LABELS[tool], "—", "—", "—", "—", "—", "—", "—", "—"])
+            table.append([LABELS[tool], "—", "—", "—", "—", "—", "—", "—", "—", "—"])
             why = r.get("skipped") or r.get("error", "")
             notes.append(f"- **{tool}** did not produce a result: ```{why.strip()[-1500:]}```")
             continue
@@ -259,7 +261,8 @@ def report(results: dict[str, dict[str, Any]], rows_in: int, size: int, args: An
             speed = f"{m.wall_s / cp_m.wall_s:.1f}×"
             rss = f"{cp_m.peak_rss_mb / m.peak_rss_mb:.2f}"
         table.append([LABELS[tool], m.wall_s, rows_in / m.wall_s, size / 1e6 / m.wall_s,
-                      m.peak_rss_mb, m.max_single_rss_mb, len(r["removed_ids"]), speed, rss])
+                      m.peak_rss_mb, m.max_single_rss_mb, len(r["removed_ids"]), speed, rss,
+                      f"{m.load[0]:.1f}→{m.load[1]:.1f}"])
     out = [
         f"Input: `{inp}` — {rows_in:,} records, {size / 1e6:.1f} MB of JSONL"
         + (f" (subset: {args.shards} shards)" if args.shards else " (whole corpus)")
@@ -269,7 +272,9 @@ def report(results: dict[str, dict[str, Any]], rows_in: int, size: int, args: An
         "",
         "speedup vs this = this tool's wall time / cleanpipe's (how many times faster cleanpipe"
         " is); RSS cleanpipe/this < 1 means cleanpipe used less memory. Peak RSS is the sum of"
-        " PSS over the whole process tree (workers included), sampled every 0.1 s.",
+        " PSS over the whole process tree (workers included), sampled every 0.1 s. The"
+        f" machine has {os.cpu_count()} cores; a load average above that means other work"
+        " shared the CPU during that run, and its wall time is inflated by it.",
     ]
     if cp_m is not None:
         a = set(cp["removed_ids"])
@@ -304,9 +309,41 @@ def report(results: dict[str, dict[str, Any]], rows_in: int, size: int, args: An
         if info.get("phases_s"):
             out += [f"{tool} phase times (s, inside the process): "
                     + ", ".join(f"{k} {v:.1f}" for k, v in info["phases_s"].items())]
+    out += ["", "## Acceptance (issue 7)", "", *acceptance(results)]
     if notes:
         out += ["", "Not measured:", *notes]
     return "\n".join(out)
+
+
+def acceptance(results: dict[str, dict[str, Any]]) -> list[str]:
+    """≥ 5x faster than datatrove and data-juicer, peak RSS no higher: holds or not, and why."""
+    cp = results.get("cleanpipe", {})
+    if "removed_ids" not in cp:
+        return ["- cleanpipe did not run: not assessable."]
+    lines = []
+    if cp.get("missing"):
+        lines.append(
+            "- **Not assessable yet: cleanpipe ran without "
+            f"{', '.join(cp['missing'])}** (not landed on main), so its figures are the engine"
+            " doing less work than the peers; the ratios below are not the acceptance figures."
+        )
+    cm = cp["m"]
+    for tool in ("datatrove", "datajuicer"):
+        r = results.get(tool, {})
+        if "m" not in r or "removed_ids" not in r:
+            why = r.get("skipped") or r.get("error", "no result")
+            lines.append(f"- vs {tool}: no comparison ({why.strip().splitlines()[-1][:200]}).")
+            continue
+        speed = r["m"].wall_s / cm.wall_s
+        rss_ok = cm.peak_rss_mb <= r["m"].peak_rss_mb
+        ok = speed >= 5 and rss_ok
+        lines.append(
+            f"- vs {tool}: {speed:.1f}× faster (needs ≥ 5×), peak RSS {cm.peak_rss_mb:.0f} MB"
+            f" vs {r['m'].peak_rss_mb:.0f} MB (needs ≤): "
+            f"**{'holds' if ok and not cp.get('missing') else 'does not hold'}**"
+            + (" (incomplete pipeline)" if cp.get("missing") else "")
+        )
+    return lines
 
 
 def main() -> None:
@@ -337,7 +374,8 @@ def main() -> None:
     print(body)
     raw = {t: {"wall_s": r["m"].wall_s, "peak_rss_mb": r["m"].peak_rss_mb,
                "max_single_rss_mb": r["m"].max_single_rss_mb,
-               "removed": len(r.get("removed_ids", {}))}
+               "removed": len(r.get("removed_ids", {})), "info": r.get("info", {}),
+               "missing": r.get("missing", [])}
            for t, r in results.items() if "m" in r}
     (WORK / "peers").mkdir(parents=True, exist_ok=True)
     (WORK / "peers" / "results.json").write_text(json.dumps(raw, indent=1))

@@ -126,7 +126,7 @@ def main() -> None:
                     cwd=REPO)
         if m.rc not in (0, 1):
             print(m.stderr[-2000:])
-            rows_out.append([f"{factor}×", n_rows, n_bytes / 1e6, "failed", "", "", "", "", ""])
+            rows_out.append([f"{factor}×", n_rows, n_bytes / 1e6, "failed", *[""] * 7])
             continue
         removed = len(cleanpipe_removed(out))
         step = rss_step = ""
@@ -138,12 +138,13 @@ def main() -> None:
             rss_step = f"{m.peak_rss_mb / prev[2]:.2f}"
             verdicts.append(per_doubling <= 2 * 1.2)
         rows_out.append([f"{factor}×", n_rows, n_bytes / 1e6, m.wall_s, n_rows / m.wall_s,
-                         m.peak_rss_mb, m.max_single_rss_mb, removed, step, rss_step])
+                         m.peak_rss_mb, m.max_single_rss_mb, removed, step, rss_step,
+                         f"{m.load[0]:.1f}→{m.load[1]:.1f}"])
         prev = (factor, m.wall_s, m.peak_rss_mb)
         print(rows_out[-1], flush=True)
     body = md_table(["size", "records", "MB", "wall s", "docs/s", "peak RSS MB (tree PSS)",
                      "max single RSS MB", "rows removed", "time × per doubling",
-                     "RSS × per step"], rows_out)
+                     "RSS × per step", "load avg start→end"], rows_out)
     body += ("\n\nLinear scaling is 2.00 per doubling; the acceptance bound is 2.40 (1.2× linear)."
              f" Within bound at every step: **{all(verdicts) if verdicts else 'n/a'}**.")
     if missing:
