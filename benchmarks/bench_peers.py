@@ -181,10 +181,12 @@ def run_cleanpipe(inp: Path, data: Path, workers: int) -> dict[str, Any]:
 # peers
 
 
-def _json_tail(stdout: str) -> dict[str, Any]:
+def _json_tail(stdout: str, work: Path) -> dict[str, Any]:
     for line in reversed(stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
+    if (work / "result.json").exists():
+        return json.loads((work / "result.json").read_text())
     raise ValueError("no JSON result line")
 
 
@@ -195,7 +197,11 @@ def run_peer(name: str, cmd: list[str]) -> dict[str, Any]:
     if not m.ok:
         res["error"] = (m.stderr or m.stdout)[-3000:]
         return res
-    info = _json_tail(m.stdout)
+    try:
+        info = _json_tail(m.stdout, WORK / "peers" / name)
+    except ValueError as err:
+        res["error"] = f"{err}; stdout tail: {m.stdout[-1500:]}"
+        return res
     res["info"] = info
     res["removed_ids"] = json.loads(Path(info["removed_ids_file"]).read_text())
     return res
@@ -361,7 +367,10 @@ def main() -> None:
         if tool not in TOOLS:
             sys.exit(f"unknown tool {tool}; choose from {', '.join(TOOLS)}")
         print(f"== {tool}", flush=True)
-        results[tool] = run_tool(tool, inp, data, args.workers)
+        try:
+            results[tool] = run_tool(tool, inp, data, args.workers)
+        except Exception as err:  # one tool's failure must not lose the others' figures
+            results[tool] = {"error": f"{type(err).__name__}: {err}"}
         r = results[tool]
         if "m" in r:
             m = r["m"]
