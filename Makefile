@@ -14,8 +14,11 @@ $(BASE): pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $(BASE)
 
+# torch for `cleanpipe smoke`: torch==2.13.0 exactly is the CPU build here (any other version
+# pulls a multi-GB CUDA build); installed first so the `smoke` extra finds it satisfied.
 $(FULL): pyproject.toml $(BASE)
-	$(PY) -m pip install -q -e ".[dev,ray]"
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev,ray,smoke]"
 	touch $(FULL)
 
 setup: $(FULL)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 import traceback
@@ -152,18 +153,27 @@ def describe_stages() -> str:
     for name, cls in stage_classes().items():
         kind = ("text" if issubclass(cls, TextStage) else
                 "global" if issubclass(cls, GlobalStage) else "batch")
-        doc = (cls.__doc__ or "").strip().splitlines()
-        out.append(f"{name}  ({kind})  {doc[0] if doc else ''}")
+        summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        out.append(f"{name}  ({kind})  {summary}")
         codes = ", ".join(f"{c}={a.value}" for c, a in cls.codes.items())
         if codes:
             out.append(f"    codes: {codes}")
         for fname, f in cls.model_fields.items():
             default = f.default if f.default_factory is None else f.default_factory()
-            ann = getattr(f.annotation, "__name__", None) or str(f.annotation)
-            ann = ann.replace("typing.", "")
-            desc = f" — {f.description}" if f.description else ""
+            ann = _type_name(f.annotation)
+            desc = " — " + " ".join(f.description.split()) if f.description else ""
             out.append(f"    {fname}: {ann} = {default!r}{desc}")
     return "\n".join(out)
+
+
+def _type_name(t: Any) -> str:
+    import typing
+
+    if typing.get_origin(t) is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(t))
+    if isinstance(t, type) and not typing.get_args(t):
+        return t.__name__
+    return str(t).replace("typing.", "").replace("cleanpipe.stages.base.", "")
 
 
 def cmd_stages(args: argparse.Namespace) -> int:
@@ -255,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # `cleanpipe stages | head`: the reader left; not an error
+        sys.stderr = open(os.devnull, "w")
+        return EXIT_PASS
     except KeyboardInterrupt:
         print("cleanpipe: interrupted", file=sys.stderr)
         return 130

@@ -161,7 +161,7 @@ def evaluate(report: Mapping[str, Any], gate: GateConfig | Mapping[str, Any] | N
     names = ", ".join(f"{r['stage']}/{r['code']}" for r in fail_reasons) or "none"
     rules.append(_rule(
         "no_fail_findings", failed_rows == 0,
-        f"{failed_rows} row(s) hit a check whose action is fail ({names})"
+        f"{failed_rows:,} row(s) hit a check whose action is fail ({names})"
         if failed_rows else "no check with action fail fired",
         failed_rows, 0,
     ))
@@ -171,7 +171,8 @@ def evaluate(report: Mapping[str, Any], gate: GateConfig | Mapping[str, Any] | N
         f = frac(q)
         rules.append(_rule(
             "max_dropped_fraction", f <= gate.max_dropped_fraction,
-            f"{q} of {read} rows quarantined ({_pct(f)}; limit {_pct(gate.max_dropped_fraction)})",
+            f"{q:,} of {read:,} rows quarantined ({_pct(f)}; "
+            f"limit {_pct(gate.max_dropped_fraction)})",
             f, gate.max_dropped_fraction,
         ))
 
@@ -182,7 +183,7 @@ def evaluate(report: Mapping[str, Any], gate: GateConfig | Mapping[str, Any] | N
             rules.append(_rule(
                 f"max_reason_fraction[{r['stage']}/{r['code']}]",
                 f <= gate.max_reason_fraction,
-                f"{r['rows']} of {read} rows dropped by {r['stage']}/{r['code']} ({_pct(f)}; "
+                f"{r['rows']:,} of {read:,} rows dropped by {r['stage']}/{r['code']} ({_pct(f)}; "
                 f"limit {_pct(gate.max_reason_fraction)})",
                 f, gate.max_reason_fraction,
             ))
@@ -195,28 +196,28 @@ def evaluate(report: Mapping[str, Any], gate: GateConfig | Mapping[str, Any] | N
         f = frac(rows)
         rules.append(_rule(
             f"max_reason_fractions[{key}]", f <= limit,
-            f"{key} hit {rows} of {read} rows ({_pct(f)}; limit {_pct(limit)})", f, limit,
+            f"{key} hit {rows:,} of {read:,} rows ({_pct(f)}; limit {_pct(limit)})", f, limit,
         ))
 
     for key, limit in sorted(gate.max_reason_count.items()):
         rows = _rows_of(key, reasons)
         rules.append(_rule(
             f"max_reason_count[{key}]", rows <= limit,
-            f"{key} hit {rows} row(s) (limit {limit})", rows, limit,
+            f"{key} hit {rows:,} row(s) (limit {limit:,})", rows, limit,
         ))
 
     for key in sorted(set(gate.never)):
         rows = _rows_of(key, reasons)
         rules.append(_rule(
             f"never[{key}]", rows == 0,
-            f"{key} fired on {rows} row(s); it must never fire" if rows
+            f"{key} fired on {rows:,} row(s); it must never fire" if rows
             else f"{key} did not fire", rows, 0,
         ))
 
     if gate.min_rows_out is not None:
         rules.append(_rule(
             "min_rows_out", kept >= gate.min_rows_out,
-            f"{kept} rows out (minimum {gate.min_rows_out})", kept, gate.min_rows_out,
+            f"{kept:,} rows out (minimum {gate.min_rows_out:,})", kept, gate.min_rows_out,
         ))
 
     passed = all(r["passed"] for r in rules)

@@ -39,7 +39,7 @@ def test_max_dropped_fraction_boundary() -> None:
     assert (v["passed"], v["exit_code"]) == (False, 1)
     rule = _rule(v, "max_dropped_fraction")
     assert rule["value"] == pytest.approx(0.05) and rule["limit"] == 0.049
-    assert "50 of 1000" in rule["message"]
+    assert "50 of 1,000" in rule["message"]
 
 
 def test_max_reason_fraction_one_rule_per_drop_reason() -> None:

@@ -230,3 +230,15 @@ def test_junit_without_gate_is_an_empty_suite() -> None:
     del r["verdict"]
     root = ET.fromstring(render_junit(r).encode("utf-8"))
     assert root.get("tests") == "0" and list(root.iter("testcase")) == []
+
+
+def test_histogram_shows_only_the_occupied_buckets() -> None:
+    from cleanpipe.report.html import histogram_chart
+
+    edges = [0, 8, 16, 32, 64, 128, 256, 512]
+    svg = histogram_chart("chars", [("before", {"edges": edges,
+                                                "counts": [0, 0, 5, 9, 0, 2, 0]}, "#000")])
+    bars = re.findall(r"<title>before ([^:]*): (\d+)</title>", svg)
+    assert bars == [("16–32", "5"), ("32–64", "9"), ("64–128", "0"), ("128–256", "2")]
+    assert histogram_chart("chars", [("before", {"edges": edges, "counts": [0] * 7},
+                                      "#000")]) == ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ def esc(value: Any, *, keep_newlines: bool = False) -> str:
 
 def _fmt(x: float) -> str:
     if isinstance(x, float) and not x.is_integer():
-        return f"{x:,.3g}"
+        return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.3g}"
     return f"{int(x):,}"
 
 
@@ -87,7 +88,16 @@ def histogram_chart(title: str, series: Sequence[tuple[str, dict[str, Any], str]
     if any(s[1]["edges"] != edges for s in series[1:]):
         return "".join(histogram_chart(f"{title}: {name}", [(name, h, c)], width=width,
                                        height=height) for name, h, c in series)
-    n = len(series[0][1]["counts"])
+    # Fixed bucket edges span far more than one dataset uses: show only the occupied range.
+    used = [b for b in range(len(series[0][1]["counts"]))
+            if any(h["counts"][b] for _, h, _ in series)]
+    if not used:
+        return ""
+    first, last = used[0], used[-1] + 1
+    edges = list(edges[first:last + 1])
+    series = [(name, {"edges": edges, "counts": list(h["counts"][first:last])}, c)
+              for name, h, c in series]
+    n = last - first
     left, bottom, top = 56, 46, 10
     plot_w, plot_h = width - left - 10, height - bottom - top
     vmax = max(max(h["counts"]) for _, h, _ in series) or 1
@@ -101,7 +111,7 @@ def histogram_chart(title: str, series: Sequence[tuple[str, dict[str, Any], str]
              f'<text x="{left - 4}" y="{top + 10}" text-anchor="end" class="val">'
              f"{_fmt(vmax)}</text>",
              f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end" class="val">0</text>']
-    step = max(1, n // 12)  # keep bucket labels from overlapping
+    step = max(1, math.ceil(n * 52 / plot_w))  # about 52 px per tick label: no overlaps
     for b in range(n):
         lo = edges[b]
         hi = edges[b + 1] if b + 1 < len(edges) else None
@@ -117,7 +127,10 @@ def histogram_chart(title: str, series: Sequence[tuple[str, dict[str, Any], str]
                 f"<title>{esc(name)} {esc(_edge_label(lo, hi))}: {_fmt(c)}</title></rect>"
             )
         if b % step == 0:
-            parts.append(f'<text x="{x0 + group_w / 2:.1f}" y="{top + plot_h + 14}" '
+            # the label is the bucket's lower edge, so it sits on the bucket's left border
+            parts.append(f'<line x1="{x0:.1f}" y1="{top + plot_h}" x2="{x0:.1f}" '
+                         f'y2="{top + plot_h + 4}" class="axis"/>'
+                         f'<text x="{x0:.1f}" y="{top + plot_h + 15}" '
                          f'text-anchor="middle" class="tick">{esc(_fmt(lo))}</text>')
     legend_x = left
     for name, _, color in series:
@@ -289,7 +302,8 @@ def _meta(report: dict[str, Any]) -> str:
                        f"{'written' if o.get('written') else 'not written'})")],
         ["started", esc(report.get("timing", {}).get("started"))],
         ["cleanpipe", esc(report.get("cleanpipe_version"))],
-    ] + [[esc(k), esc(v)] for k, v in sorted(report.get("versions", {}).items())]
+    ] + [[esc(k), esc(v)] for k, v in sorted(report.get("versions", {}).items())
+         if k != "cleanpipe"]
     config = json.dumps(p.get("config", {}), ensure_ascii=False, indent=2, default=str)
     return ("<section><h2>Run</h2>" + _table(["", ""], rows, "meta")
             + f"<details><summary>Pipeline config</summary><pre>"

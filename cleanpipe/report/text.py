@@ -31,9 +31,15 @@ def visible(text: str, *, keep_newlines: bool = False) -> str:
     Newlines and tabs become ``⏎``/``⇥`` (or stay, with ``keep_newlines``). The result still
     needs escaping for its output format; this only makes characters visible.
     """
+    # str.isprintable is False exactly for the hidden categories (and for every space but
+    # U+0020): one C-level pass settles the common, clean case.
+    if text.isprintable():
+        return text
     out = []
     for ch in text:
-        if ch in _SHOWN_AS:
+        if ch.isprintable():
+            out.append(ch)
+        elif ch in _SHOWN_AS:
             out.append(ch if keep_newlines and ch != " " else _SHOWN_AS[ch])
         elif _hidden(ch):
             out.append(f"⟨U+{ord(ch):04X}⟩")
