@@ -1,0 +1,309 @@
+"""The ``cleanpipe`` command.
+
+Exit codes: 0 pass, 1 gate failed, 2 usage or config error, 3 unreadable input.
+Errors are one line naming the file, line and key; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cleanpipe import __version__
+
+EXIT_PASS, EXIT_GATE, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
+
+SAMPLE_DIR = Path(__file__).parent / "sample"
+PIPELINES_DIR = Path(__file__).parent / "pipelines"
+
+
+def _error_code(exc: BaseException) -> int | None:
+    from pydantic import ValidationError
+
+    from cleanpipe.fields import FieldError
+    from cleanpipe.io.sources import InputError
+    from cleanpipe.io.writers import OutputError
+    from cleanpipe.spec import ConfigError
+    from cleanpipe.stages.base import StageError
+
+    if isinstance(exc, InputError):
+        return EXIT_INPUT
+    if isinstance(exc, (ConfigError, FieldError, OutputError, StageError, ValidationError,
+                        FileExistsError)):
+        return EXIT_USAGE
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return EXIT_USAGE
+    return None
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from cleanpipe.pipeline import Pipeline
+
+    return Pipeline.from_yaml(args.pipeline)
+
+
+def _apply_overrides(pipe: Any, args: argparse.Namespace) -> None:
+    spec = pipe.spec
+    if getattr(args, "fields", None):
+        spec.fields = [f.strip() for f in args.fields.split(",") if f.strip()]
+    if getattr(args, "format", None):
+        spec.output.format = args.format
+    if getattr(args, "batch_size", None):
+        spec.batch_size = args.batch_size
+    if getattr(args, "engine", None):
+        spec.engine = args.engine
+    if getattr(args, "address", None):
+        spec.ray_address = args.address
+
+
+def _input(args: argparse.Namespace) -> Any:
+    if not args.input:
+        return None
+    return args.input if len(args.input) > 1 else args.input[0]
+
+
+def summary_table(report: dict[str, Any]) -> str:
+    """The end-of-run table: one line per stage, then the totals and the verdict."""
+    rows = [("stage", "in", "out", "changed", "dropped", "flagged", "seconds")]
+    for s in report["stages"]:
+        rows.append((s["name"], f"{s['rows_in']:,}", f"{s['rows_out']:,}", f"{s['changed']:,}",
+                     f"{s['dropped']:,}", f"{s['flagged']:,}", f"{s['seconds']:.2f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    t = report["totals"]
+    lines.append("")
+    lines.append(f"read {t['read']:,}  kept {t['kept']:,}  quarantined {t['quarantined']:,}"
+                 f"  (kept + quarantined == read: {t['kept'] + t['quarantined'] == t['read']})")
+    tm = report["timing"]
+    lines.append(f"{tm['wall_seconds']:.2f}s, {tm['rows_per_second']:,.0f} rows/s")
+    v = report.get("verdict") or {}
+    verdict = "PASS" if v.get("passed", True) else "FAIL"
+    lines.append(f"verdict: {verdict}")
+    for r in v.get("rules", []):
+        if not r.get("passed", True):
+            lines.append(f"  failed: {r['name']}: {r.get('message', '')}")
+    return "\n".join(lines)
+
+
+def _finish(report: dict[str, Any], out: str | None, quiet: bool) -> int:
+    if not quiet:
+        print(summary_table(report))
+        if out:
+            print(f"output: {out}")
+    return int((report.get("verdict") or {}).get("exit_code", 0))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    pipe = _load(args)
+    _apply_overrides(pipe, args)
+    out = args.output or pipe.spec.output.path
+    if not out:
+        print(f"cleanpipe: {args.pipeline}: no output: set output.path or pass --output",
+              file=sys.stderr)
+        return EXIT_USAGE
+    report = _run(pipe, args, out)
+    return _finish(report, out, args.quiet)
+
+
+def _run(pipe: Any, args: argparse.Namespace, out: str | None,
+         report_dir: str | None = None) -> dict[str, Any]:
+    if pipe.spec.engine == "ray":
+        from cleanpipe.engine.ray_engine import run_ray
+
+        return run_ray(pipe, _input(args), out, overwrite=args.overwrite,
+                       address=pipe.spec.ray_address)
+    progress = not args.quiet and not args.no_progress
+    if out is None:
+        return pipe.run(_input(args), None, workers=args.workers, progress=progress,
+                        report_dir=report_dir)
+    return pipe.run(_input(args), out, overwrite=args.overwrite, workers=args.workers,
+                    progress=progress)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    pipe = _load(args)
+    _apply_overrides(pipe, args)
+    report = _run(pipe, args, None, report_dir=args.report_dir)
+    return _finish(report, None, args.quiet)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    pipe = _load(args)
+    for s in pipe.stages:
+        s.setup()  # a tokenizer path that does not exist fails here, not an hour in
+    print(f"{args.pipeline}: ok ({len(pipe.stages)} stages: "
+          f"{', '.join(s.name for s in pipe.stages) or 'none'})")
+    return EXIT_PASS
+
+
+def describe_stages() -> str:
+    from cleanpipe.stages.base import GlobalStage, TextStage
+    from cleanpipe.stages.registry import stage_classes
+
+    out = []
+    for name, cls in stage_classes().items():
+        kind = ("text" if issubclass(cls, TextStage) else
+                "global" if issubclass(cls, GlobalStage) else "batch")
+        summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        out.append(f"{name}  ({kind})  {summary}")
+        codes = ", ".join(f"{c}={a.value}" for c, a in cls.codes.items())
+        if codes:
+            out.append(f"    codes: {codes}")
+        for fname, f in cls.model_fields.items():
+            default = f.default if f.default_factory is None else f.default_factory()
+            ann = _type_name(f.annotation)
+            desc = " — " + " ".join(f.description.split()) if f.description else ""
+            out.append(f"    {fname}: {ann} = {default!r}{desc}")
+    return "\n".join(out)
+
+
+def _type_name(t: Any) -> str:
+    import typing
+
+    if typing.get_origin(t) is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(t))
+    if isinstance(t, type) and not typing.get_args(t):
+        return t.__name__
+    return str(t).replace("typing.", "").replace("cleanpipe.stages.base.", "")
+
+
+def cmd_stages(args: argparse.Namespace) -> int:
+    print(describe_stages())
+    return EXIT_PASS
+
+
+def shipped_pipeline(name: str) -> Any:
+    """A pipeline shipped in ``cleanpipe/pipelines``, with its relative paths (input files,
+    a stage's ``tokenizer``) resolved against that folder, so it runs from any directory."""
+    from cleanpipe.pipeline import Pipeline
+
+    pipe = Pipeline.from_yaml(PIPELINES_DIR / f"{name}.yaml")
+
+    def here(p: str) -> str:
+        return p if Path(p).is_absolute() else str((PIPELINES_DIR / p).resolve())
+
+    src = pipe.spec.input.path
+    if src is not None:
+        pipe.spec.input.path = here(src) if isinstance(src, str) else [here(s) for s in src]
+    for stage in pipe.stages:
+        tok = getattr(stage, "tokenizer", None)
+        if isinstance(tok, str) and tok.startswith("../"):
+            object.__setattr__(stage, "tokenizer", here(tok))
+    return pipe
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    pipe = shipped_pipeline("demo")
+    out = args.output or "cleanpipe-demo"
+    print(f"cleanpipe demo: default pipeline on the bundled sample corpus ({SAMPLE_DIR})")
+    report = pipe.run(None, out, overwrite=args.overwrite, workers=args.workers,
+                      progress=not args.no_progress)
+    code = _finish(report, out, False)
+    print(f"reports: {out}/report.md, {out}/report.html, {out}/report.json")
+    # the demo corpus is full of planted problems: a failing gate is what it should show
+    return EXIT_PASS if code in (EXIT_PASS, EXIT_GATE) else code
+
+
+def _common_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pipeline", help="pipeline YAML file")
+    p.add_argument("--input", "-i", nargs="+", help="input file(s), folder or glob (overrides"
+                   " input.path)")
+    p.add_argument("--fields", help="comma-separated text fields (overrides fields:)")
+    p.add_argument("--workers", "-j", type=int, help="worker processes (default: all cores)")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--engine", choices=["local", "ray"])
+    p.add_argument("--address", help="Ray cluster address (with --engine ray)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cleanpipe", description="Clean and check a fine-tuning dataset before training.")
+    parser.add_argument("--version", action="version", version=f"cleanpipe {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="clean a dataset: write data, quarantine and reports")
+    _common_run_args(p)
+    p.add_argument("--output", "-o", help="output folder (overrides output.path)")
+    p.add_argument("--format", choices=["parquet", "jsonl", "hf"])
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("check", help="run every check read-only (no dataset written): CI gate")
+    _common_run_args(p)
+    p.add_argument("--report-dir", help="write report.json/md/html and junit.xml here")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("validate", help="check a pipeline file without running it")
+    p.add_argument("pipeline")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("stages", help="list stages, their parameters and defaults")
+    p.set_defaults(func=cmd_stages)
+
+    p = sub.add_parser("demo", help="run the default pipeline on the bundled sample corpus")
+    p.add_argument("--output", "-o", default="cleanpipe-demo")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--workers", "-j", type=int)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_demo)
+
+    _register_commands(sub)
+    return parser
+
+
+def _register_commands(sub: Any) -> None:
+    """Subcommands that live in :mod:`cleanpipe.commands` (one module each)."""
+    try:
+        import cleanpipe.commands as commands
+    except ImportError:
+        return
+    for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if mod.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"cleanpipe.commands.{mod.name}")
+        register: Callable[[Any], None] | None = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        # `cleanpipe stages | head`: the reader left; not an error
+        sys.stderr = open(os.devnull, "w")
+        return EXIT_PASS
+    except KeyboardInterrupt:
+        print("cleanpipe: interrupted", file=sys.stderr)
+        return 130
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
+            raise
+        code = _error_code(exc)
+        if args.debug:
+            traceback.print_exc()
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if code is None:
+            print(f"cleanpipe: internal error: {type(exc).__name__}: {msg} (rerun with --debug"
+                  " for the traceback, and please report it)", file=sys.stderr)
+            return 70
+        print(f"cleanpipe: {msg}", file=sys.stderr)
+        return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

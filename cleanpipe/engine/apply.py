@@ -1,0 +1,302 @@
+"""Apply one stage to one batch of rows: run it, act on its findings, count what happened.
+
+This is shared by every executor (local processes, Ray): an executor only decides where
+:func:`apply_stateless` runs and in which order results are merged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.fields import FieldError, flatten_field, parse_selector, rebuild_field
+from cleanpipe.stages.base import (
+    Action,
+    BatchContext,
+    BatchStage,
+    Findings,
+    GlobalStage,
+    Stage,
+    TextStage,
+)
+
+MAX_EXAMPLES = 5
+#: Histogram edges (characters per row, all text fields together): powers of two.
+CHAR_EDGES = [0, *[2 ** k for k in range(3, 21)]]
+
+
+@dataclass
+class StageBatchStats:
+    """Counters of one stage over one batch; summed by :class:`StageStats`."""
+
+    rows_in: int = 0
+    rows_out: int = 0
+    changed: int = 0
+    dropped: int = 0
+    flagged: int = 0
+    failed: int = 0
+    codes: dict[str, list[Any]] = field(default_factory=dict)  # code -> [action, events, rows]
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    events: pa.Table | None = None
+    seconds: float = 0.0
+
+
+def merge_metrics(into: dict[str, Any], new: dict[str, Any]) -> None:
+    """Sum nested dicts of numbers (histograms, totals)."""
+    for k, v in new.items():
+        if isinstance(v, dict):
+            merge_metrics(into.setdefault(k, {}), v)
+        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            into[k] = into.get(k, 0) + (v.item() if hasattr(v, "item") else v)
+        else:
+            # non-numeric values (a vocabulary size, a tokenizer name) are kept as the last seen
+            into[k] = v
+
+
+@dataclass
+class StageStats:
+    name: str
+    rows_in: int = 0
+    rows_out: int = 0
+    changed: int = 0
+    dropped: int = 0
+    flagged: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    codes: dict[str, list[Any]] = field(default_factory=dict)
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, s: StageBatchStats) -> None:
+        self.rows_in += s.rows_in
+        self.rows_out += s.rows_out
+        self.changed += s.changed
+        self.dropped += s.dropped
+        self.flagged += s.flagged
+        self.failed += s.failed
+        self.seconds += s.seconds
+        for code, (action, events, rows) in s.codes.items():
+            c = self.codes.setdefault(code, [action, 0, 0])
+            c[1] += events
+            c[2] += rows
+        for ex in s.examples:
+            lst = self.examples.setdefault(ex["code"], [])
+            if len(lst) < MAX_EXAMPLES:
+                lst.append(ex)
+        merge_metrics(self.metrics, s.metrics)
+
+
+def _snippet(v: Any, limit: int = 300) -> str | None:
+    if v is None:
+        return None
+    s = str(v)
+    return s if len(s) <= limit else s[:limit] + "…"
+
+
+def _row_text(batch: pa.RecordBatch, pos: int, fields: list[str]) -> str | None:
+    """The text of one row (its fields joined), for examples whose stage gave no snippet."""
+    one = batch.slice(pos, 1)
+    parts = []
+    for f in fields:
+        if not _present(one, f):
+            continue
+        try:
+            values, _ = flatten_field(one, f)
+        except FieldError:
+            continue
+        parts.extend(v for v in values.to_pylist() if v)
+    return _snippet(" | ".join(parts)) if parts else None
+
+
+def summarize(stage: Stage, findings: Findings, rows: Rows, n_in: int,
+              n_out: int, seconds: float, metrics: dict[str, Any],
+              text_fields: list[str] | None = None) -> StageBatchStats:
+    """Counters, bounded examples and the event table of one stage over one batch."""
+    st = StageBatchStats(rows_in=n_in, rows_out=n_out, metrics=metrics, seconds=seconds)
+    st.changed = int(findings.positions(Action.FIX).size)
+    st.dropped = int(findings.positions(Action.DROP).size)
+    st.flagged = int(findings.positions(Action.FLAG).size)
+    st.failed = int(findings.positions(Action.FAIL).size)
+    ev_rows, ev_code, ev_action, ev_field, ev_detail = [], [], [], [], []
+    per_code_rows: dict[str, list[np.ndarray]] = {}
+    per_code_examples: dict[str, int] = {}
+    ids = rows.row_ids
+    for c in findings.chunks:
+        entry = st.codes.setdefault(c.code, [c.action.value, 0, 0])
+        entry[1] += int(c.positions.size)
+        per_code_rows.setdefault(c.code, []).append(c.positions)
+        ev_rows.append(c.positions)
+        ev_code.append(np.full(c.positions.size, c.code, dtype=object))
+        ev_action.append(np.full(c.positions.size, c.action.value, dtype=object))
+        ev_field.append(np.full(c.positions.size, c.field, dtype=object))
+        ev_detail.append(np.asarray(c.detail if c.detail is not None
+                                    else [None] * c.positions.size, dtype=object))
+        have = per_code_examples.get(c.code, 0)
+        for j in range(min(MAX_EXAMPLES - have, c.positions.size)):
+            p = int(c.positions[j])
+            st.examples.append({
+                "stage": stage.name, "code": c.code, "action": c.action.value,
+                "row_id": ids[p].as_py(), "field": c.field,
+                "detail": _snippet(c.detail[j]) if c.detail is not None else None,
+                "before": (_snippet(c.before[j]) if c.before is not None else
+                           _row_text(rows.orig, p, [c.field] if c.field else
+                                     list(text_fields or []))),
+                "after": _snippet(c.after[j]) if c.after is not None else None,
+            })
+            per_code_examples[c.code] = have + j + 1
+    for code, parts in per_code_rows.items():
+        st.codes[code][2] = int(np.unique(np.concatenate(parts)).size)
+    if ev_rows:
+        pos = np.concatenate(ev_rows)
+        st.events = pa.table({
+            "row_id": ids.take(pa.array(pos)),
+            "seq": pa.array(rows.seq[pos], pa.int64()),
+            "stage": pa.array(np.full(pos.size, stage.name, dtype=object), pa.string()),
+            "code": pa.array(np.concatenate(ev_code), pa.string()),
+            "action": pa.array(np.concatenate(ev_action), pa.string()),
+            "field": pa.array(np.concatenate(ev_field), pa.string()),
+            "detail": pa.array(np.concatenate(ev_detail), pa.string()),
+        })
+    return st
+
+
+def apply_findings(stage: Stage, rows: Rows, findings: Findings,
+                   flag_codes: bool) -> tuple[Rows, QuarantineRows | None]:
+    """Remove the rows with a ``drop`` finding; keep flag codes per row when asked."""
+    n = rows.num_rows
+    if flag_codes and findings:
+        flags = rows.flags if rows.flags is not None else np.empty(n, dtype=object)
+        for c in findings.chunks:
+            if c.action in (Action.FLAG, Action.FAIL):
+                for p in c.positions.tolist():
+                    cur = flags[p]
+                    if cur is None:
+                        flags[p] = [c.code]
+                    elif c.code not in cur:
+                        cur.append(c.code)
+        rows.flags = flags
+    drop = findings.positions(Action.DROP)
+    if drop.size == 0:
+        return rows, None
+    reasons: dict[int, list[str]] = {}
+    details: dict[int, list[str]] = {}
+    for c in findings.chunks:
+        if c.action is not Action.DROP:
+            continue
+        for j, p in enumerate(c.positions.tolist()):
+            r = reasons.setdefault(p, [])
+            if c.code not in r:
+                r.append(c.code)
+            d = c.detail[j] if c.detail is not None else None
+            if d:
+                details.setdefault(p, []).append(f"{c.code}: {d}")
+    keep = np.ones(n, dtype=bool)
+    keep[drop] = False
+    idx = pa.array(drop)
+    q = QuarantineRows(
+        orig=rows.orig.take(idx),
+        row_ids=rows.row_ids.take(idx).to_pylist(),
+        seq=rows.seq[drop],
+        stage=stage.name,
+        reasons=[reasons[p] for p in drop.tolist()],
+        details=[details.get(p, []) for p in drop.tolist()],
+    )
+    return rows.take_mask(keep), q
+
+
+def _present(batch: pa.RecordBatch, selector: str) -> bool:
+    return batch.schema.get_field_index(parse_selector(selector)[0].name) >= 0
+
+
+def run_text_stage(stage: TextStage, data: pa.RecordBatch, text_fields: list[str],
+                   shard: str) -> tuple[pa.RecordBatch, Findings, dict[str, Any]]:
+    findings = Findings(stage.name)
+    metrics: dict[str, Any] = {}
+    for f in stage.fields or text_fields:
+        if not _present(data, f):
+            raise FieldError(
+                f"{shard}: text field {f!r} is not in this file; columns: "
+                f"{', '.join(data.schema.names)}; name the text fields every file has with"
+                " fields: (or --fields), or clean such files in a separate run"
+            )
+        values, positions = flatten_field(data, f)
+        res = stage.transform(values)
+        if res.texts is not values:
+            data = rebuild_field(data, f, res.texts)
+        findings.extend(res.findings.with_field(f), position_map=positions)
+        merge_metrics(metrics, res.metrics)
+    return data, findings, metrics
+
+
+def apply_stage(stage: Stage, rows: Rows, text_fields: list[str],
+                flag_codes: bool = False) -> tuple[Rows, QuarantineRows | None, StageBatchStats]:
+    """Run a stateless stage (text or batch) on ``rows``."""
+    t0 = time.perf_counter()
+    n_in = rows.num_rows
+    if n_in == 0:
+        return rows, None, StageBatchStats()
+    if isinstance(stage, TextStage):
+        data, findings, metrics = run_text_stage(stage, rows.data, text_fields, rows.shard)
+    elif isinstance(stage, BatchStage):
+        ctx = BatchContext(rows.data, text_fields, rows.row_ids)
+        res = stage.process(rows.data, ctx)
+        data = res.batch if res.batch is not None else rows.data
+        findings, metrics = res.findings, res.metrics
+    else:  # pragma: no cover - the engine routes global stages elsewhere
+        raise TypeError(f"{stage.name} is not a stateless stage")
+    rows = dataclasses.replace(rows, data=data)
+    kept, q = apply_findings(stage, rows, findings, flag_codes)
+    stats = summarize(stage, findings, rows, n_in, kept.num_rows,
+                      time.perf_counter() - t0, metrics, text_fields)
+    return kept, q, stats
+
+
+def apply_decide(stage: GlobalStage, rows: Rows, text_fields: list[str],
+                 flag_codes: bool = False) -> tuple[Rows, QuarantineRows | None, StageBatchStats]:
+    """Second pass of a global stage on ``rows``."""
+    t0 = time.perf_counter()
+    n_in = rows.num_rows
+    if n_in == 0:
+        return rows, None, StageBatchStats()
+    ctx = BatchContext(rows.data, text_fields, rows.row_ids)
+    res = stage.decide(rows.data, rows.seq, ctx)
+    data = res.batch if res.batch is not None else rows.data
+    rows = dataclasses.replace(rows, data=data)
+    kept, q = apply_findings(stage, rows, res.findings, flag_codes)
+    stats = summarize(stage, res.findings, rows, n_in, kept.num_rows,
+                      time.perf_counter() - t0, res.metrics, text_fields)
+    return kept, q, stats
+
+
+def char_histogram(batch: pa.RecordBatch, text_fields: list[str]) -> list[int]:
+    """Rows per character-count bin (all present text fields of a row added up)."""
+    return histogram_of(char_counts(batch, text_fields))
+
+
+def histogram_of(counts: np.ndarray) -> list[int]:
+    bins = np.searchsorted(np.asarray(CHAR_EDGES[1:]), counts, side="right")
+    return np.bincount(bins, minlength=len(CHAR_EDGES)).tolist()
+
+
+def char_counts(batch: pa.RecordBatch, text_fields: list[str]) -> np.ndarray:
+    """Characters per row, all present text fields added up."""
+    n = batch.num_rows
+    total = np.zeros(n, dtype=np.int64)
+    for f in text_fields:
+        if not _present(batch, f):
+            continue
+        try:
+            values, positions = flatten_field(batch, f)
+        except FieldError:
+            continue
+        lens = pc.fill_null(pc.utf8_length(values), 0).to_numpy(zero_copy_only=False)
+        total += np.bincount(positions, weights=lens, minlength=n).astype(np.int64)
+    return total

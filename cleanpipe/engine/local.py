@@ -1,0 +1,369 @@
+"""The local engine: stream record batches through the stages on all cores of one machine.
+
+Stateless stages run in worker processes, batch by batch, results merged in input order.
+A global stage (dedup, corpus statistics) splits the pipeline in two passes: the first pass
+runs the stages before it, has it observe every row, and spills the rows to a temporary file;
+after ``finalize`` the second pass reads the spill back, applies its decisions and goes on.
+Memory therefore holds a few batches plus the global stages' compact state.
+"""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from cleanpipe.engine.apply import (
+    CHAR_EDGES,
+    StageBatchStats,
+    StageStats,
+    apply_decide,
+    apply_stage,
+    char_counts,
+    char_histogram,
+    histogram_of,
+)
+from cleanpipe.engine.parallel import default_workers, ordered_map
+from cleanpipe.engine.progress import Progress
+from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.fields import discover_text_fields
+from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
+from cleanpipe.io.sources import InputError, Shard, resolve_sources
+from cleanpipe.spec import PipelineSpec
+from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
+
+#: inputs smaller than this run in-process: starting workers would cost more than it saves
+SMALL_INPUT_BYTES = 8 << 20
+
+
+@dataclass
+class Segment:
+    """Stateless stages (indices into the stage list), optionally closed by a global stage."""
+
+    stateless: list[int]
+    closing: int | None
+
+
+def segments_of(stages: list[Stage]) -> list[Segment]:
+    out: list[Segment] = []
+    cur: list[int] = []
+    for i, s in enumerate(stages):
+        if isinstance(s, GlobalStage):
+            out.append(Segment(cur, i))
+            cur = []
+        else:
+            cur.append(i)
+    out.append(Segment(cur, None))
+    return out
+
+
+@dataclass
+class RunState:
+    """Everything counted during a run; the report is built from this alone."""
+
+    stage_stats: list[StageStats]
+    read: int = 0
+    bad_records: int = 0
+    kept: int = 0
+    quarantined: int = 0
+    shards: int = 0
+    input_bytes: int = 0
+    hist_before: np.ndarray = field(default_factory=lambda: np.zeros(len(CHAR_EDGES), np.int64))
+    hist_after: np.ndarray = field(default_factory=lambda: np.zeros(len(CHAR_EDGES), np.int64))
+    read_codes: dict[str, int] = field(default_factory=dict)
+    read_examples: list[dict[str, Any]] = field(default_factory=list)
+    fingerprint: Any = field(default_factory=xxhash.xxh3_128)
+    text_fields: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    wall: float = 0.0
+    input_schema: pa.Schema | None = None
+
+
+# ------------------------------------------------------------------------------- workers
+
+_W: dict[str, Any] = {}
+
+
+def _init_worker(stages: list[Stage], segments: list[Segment], text_fields: list[str],
+                 flag_codes: bool) -> None:
+    _W.update(stages=stages, segments=segments, text_fields=text_fields, flag=flag_codes,
+              ready=set())
+
+
+def _stage(i: int) -> Stage:
+    s: Stage = _W["stages"][i]
+    if i not in _W["ready"]:
+        s.setup()
+        _W["ready"].add(i)
+    return s
+
+
+@dataclass
+class TaskResult:
+    rows: Rows
+    stats: list[tuple[int, StageBatchStats]]
+    quarantine: list[QuarantineRows]
+    prepared: Any = None
+    hist_before: list[int] | None = None
+    hist_after: list[int] | None = None
+
+
+def _segment_task(args: tuple[int, Rows]) -> TaskResult:
+    seg_i, rows = args
+    seg: Segment = _W["segments"][seg_i]
+    fields = _W["text_fields"]
+    hist_before = None
+    if seg_i == 0:
+        rows.chars = char_counts(rows.orig, fields)
+        hist_before = histogram_of(rows.chars)
+    stats, quarantine = [], []
+    for i in seg.stateless:
+        rows, q, st = apply_stage(_stage(i), rows, fields, _W["flag"])
+        stats.append((i, st))
+        if q is not None:
+            quarantine.append(q)
+    prepared = None
+    if seg.closing is not None and rows.num_rows:
+        g = _stage(seg.closing)
+        assert isinstance(g, GlobalStage)
+        prepared = g.prepare(rows.data, BatchContext(rows.data, fields, rows.row_ids))
+    hist_after = None
+    if seg.closing is None:
+        # untouched rows (the stages returned the very batch they got) keep their counts
+        unchanged = rows.data is rows.orig and rows.chars is not None
+        hist_after = histogram_of(rows.chars) if unchanged else char_histogram(rows.data, fields)
+    return TaskResult(rows, stats, quarantine, prepared, hist_before, hist_after)
+
+
+# ------------------------------------------------------------------------------- reading
+
+
+def _row_ids(chunk: Chunk, id_field: str | None) -> pa.Array:
+    if id_field:
+        idx = chunk.batch.schema.get_field_index(id_field)
+        if idx < 0:
+            raise InputError(f"{chunk.shard.path or chunk.shard.name}: no column {id_field!r}"
+                             f" (input.id_field); columns: {', '.join(chunk.batch.schema.names)}")
+        return chunk.batch.column(idx).cast(pa.string())
+    nums = pa.array(chunk.numbers).cast(pa.string())
+    return pc.binary_join_element_wise(f"{chunk.shard.name}:", nums, "")
+
+
+def _fingerprint_shard(state: RunState, shard: Shard) -> None:
+    h = state.fingerprint
+    h.update(shard.name.encode())
+    if shard.path is None:
+        return
+    p = Path(shard.path)
+    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+    for f in files:
+        with open(f, "rb") as fh:
+            while block := fh.read(1 << 22):
+                h.update(block)
+
+
+def read_rows(spec: PipelineSpec, source: Any, state: RunState,
+              progress: Progress) -> Iterator[Rows]:
+    """Rows of every shard in order, with ids and sequence numbers; records that cannot be
+    read ride along in ``Rows.unreadable``."""
+    inp = spec.input
+    opts = ReadOptions(batch_size=spec.batch_size, encoding=inp.encoding,
+                       on_parse_error=inp.on_parse_error, on_decode_error=inp.on_decode_error,
+                       csv_delimiter=inp.csv_delimiter, text_column=inp.text_column)
+    shards = resolve_sources(source, inp.format)
+    state.input_bytes = sum(s.size for s in shards)
+    progress.set_total_bytes(state.input_bytes)
+    seq = 0
+    for shard in shards:
+        state.shards += 1
+        _fingerprint_shard(state, shard)
+        for chunk in read_shard(shard, opts):
+            progress.advance_bytes(chunk.bytes_read)
+            n = chunk.batch.num_rows
+            unreadable = None
+            if chunk.bad:
+                state.read += len(chunk.bad)
+                state.bad_records += len(chunk.bad)
+                for b in chunk.bad:
+                    state.read_codes[b.code] = state.read_codes.get(b.code, 0) + 1
+                    if sum(1 for e in state.read_examples if e["code"] == b.code) < 5:
+                        state.read_examples.append({
+                            "stage": "read", "code": b.code, "action": "drop",
+                            "row_id": f"{b.shard}:{b.line}", "field": None,
+                            "detail": b.message, "before": (b.raw or "")[:300], "after": None})
+                unreadable = (QuarantineRows(
+                    orig=None, row_ids=[f"{b.shard}:{b.line}" for b in chunk.bad],
+                    seq=np.arange(seq + n, seq + n + len(chunk.bad), dtype=np.int64),
+                    stage="read", reasons=[[b.code] for b in chunk.bad],
+                    details=[[f"{b.code}: {b.message}"] for b in chunk.bad],
+                    raw=[b.raw for b in chunk.bad]))
+            if n == 0:
+                if unreadable is not None:
+                    seq += len(chunk.bad)
+                    empty = pa.RecordBatch.from_pylist([])
+                    yield Rows(empty, empty, pa.array([], pa.string()), np.zeros(0, np.int64),
+                               shard.name, None, unreadable)
+                continue
+            if state.input_schema is None:
+                state.input_schema = chunk.batch.schema
+            ids = _row_ids(chunk, inp.id_field)
+            rows = Rows(chunk.batch, chunk.batch, ids, np.arange(seq, seq + n, dtype=np.int64),
+                        shard.name, None, unreadable)
+            seq += n + len(chunk.bad)
+            state.read += n
+            progress.advance_rows(n)
+            yield rows
+
+
+# ------------------------------------------------------------------------------- spill
+
+
+class Spill:
+    """Rows written to a temporary file and read back in the same order (second pass)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(tempfile.mkstemp(prefix="spill-", suffix=".pkl", dir=directory)[1])
+        self._fh = open(self.path, "wb")
+        self.count = 0
+
+    def write(self, rows: Rows) -> None:
+        pickle.dump(rows, self._fh, protocol=pickle.HIGHEST_PROTOCOL)
+        self.count += 1
+
+    def finish(self) -> None:
+        self._fh.close()
+
+    def read(self) -> Iterator[Rows]:
+        with open(self.path, "rb") as fh:
+            for _ in range(self.count):
+                yield pickle.load(fh)
+        self.path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------- running
+
+
+@dataclass
+class Sinks:
+    """Where results go: kept rows, quarantined rows, event tables."""
+
+    kept: Callable[[Rows], None] | None = None
+    quarantine: Callable[[QuarantineRows], None] | None = None
+    events: Callable[[pa.Table], None] | None = None
+
+
+def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | None = None,
+            progress: Progress | None = None, tmp_dir: Path | None = None) -> Iterator[Rows]:
+    """Run the pipeline; yields kept rows in input order and fills ``execute.state``.
+
+    The generator's ``RunState`` is returned by ``StopIteration.value`` (``yield from``).
+    """
+    stages = list(spec.stages)
+    state = RunState([StageStats(s.name) for s in stages])
+    progress = progress or Progress(enabled=False)
+    segs = segments_of(stages)
+    flag_codes = spec.output.flag_column is not None
+
+    def on_quarantine(q: QuarantineRows) -> None:
+        state.quarantined += len(q.row_ids)
+        if sinks.quarantine is not None:
+            sinks.quarantine(q)
+
+    def take_stats(i: int, st: StageBatchStats) -> None:
+        state.stage_stats[i].add(st)
+        if st.events is not None and sinks.events is not None:
+            sinks.events(st.events)
+
+    rows_iter = read_rows(spec, source, state, progress)
+    # peek up to the first batch with rows: its schema names the text fields by default
+    head: list[Rows] = []
+    for r in rows_iter:
+        head.append(r)
+        if r.num_rows:
+            break
+    if spec.fields:
+        state.text_fields = list(spec.fields)
+    elif head and head[-1].num_rows:
+        state.text_fields = discover_text_fields(head[-1].data.schema)
+
+    def chained(head: list[Rows], rest: Iterator[Rows]) -> Iterator[Rows]:
+        yield from head
+        yield from rest
+
+    n_workers = workers or spec.workers or default_workers()
+    if state.input_bytes and state.input_bytes < SMALL_INPUT_BYTES and not (
+            workers or spec.workers):
+        n_workers = 1
+    initargs = (stages, segs, state.text_fields, flag_codes)
+    tmp_root = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
+    stream: Iterator[Rows] = chained(head, rows_iter)
+    with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir:
+        for seg_i, seg in enumerate(segs):
+            tasks = ((seg_i, r) for r in stream)
+            results = ordered_map(_segment_task, tasks, n_workers, _init_worker, initargs)
+            if seg.closing is None:
+                for res in results:
+                    _merge(res, state, take_stats, on_quarantine)
+                    state.kept += res.rows.num_rows
+                    if res.rows.num_rows:
+                        if sinks.kept is not None:
+                            sinks.kept(res.rows)
+                        yield res.rows
+                break
+            g = stages[seg.closing]
+            assert isinstance(g, GlobalStage)
+            g.setup()
+            spill = Spill(Path(spill_dir))
+            t0 = time.perf_counter()
+            for res in results:
+                _merge(res, state, take_stats, on_quarantine)
+                if res.rows.num_rows:
+                    ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
+                    g.observe(res.prepared, res.rows.seq, res.rows.data, ctx)
+                    spill.write(res.rows)
+            spill.finish()
+            g.finalize()
+            state.stage_stats[seg.closing].seconds += time.perf_counter() - t0
+            progress.note(f"{g.name}: second pass")
+            stream = _decided(g, seg.closing, spill, state, take_stats, on_quarantine,
+                              flag_codes)
+    state.wall = time.time() - state.started
+    progress.close()
+    return state
+
+
+def _decided(g: GlobalStage, idx: int, spill: Spill, state: RunState,
+             take_stats: Callable[[int, StageBatchStats], None],
+             on_quarantine: Callable[[QuarantineRows], None],
+             flag_codes: bool) -> Iterator[Rows]:
+    for rows in spill.read():
+        kept, q, st = apply_decide(g, rows, state.text_fields, flag_codes)
+        take_stats(idx, st)
+        if q is not None:
+            on_quarantine(q)
+        if kept.num_rows:
+            yield kept
+
+
+def _merge(res: TaskResult, state: RunState, take_stats: Callable[[int, StageBatchStats], None],
+           on_quarantine: Callable[[QuarantineRows], None]) -> None:
+    if res.rows.unreadable is not None:
+        on_quarantine(res.rows.unreadable)
+        res.rows.unreadable = None
+    if res.hist_before is not None:
+        state.hist_before += np.asarray(res.hist_before, np.int64)
+    if res.hist_after is not None:
+        state.hist_after += np.asarray(res.hist_after, np.int64)
+    for i, st in res.stats:
+        take_stats(i, st)
+    for q in res.quarantine:
+        on_quarantine(q)

@@ -1,0 +1,73 @@
+"""Progress on long runs: a bar on a terminal, plain periodic lines in CI logs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+
+class Progress:
+    """Rows read, rows/s and (when the input size is known) ETA.
+
+    On a terminal this is a tqdm bar over input bytes; otherwise (CI, pipes) one plain line
+    every ``interval`` seconds, so logs stay readable.
+    """
+
+    def __init__(self, enabled: bool = True, stream: TextIO | None = None,
+                 interval: float = 10.0, label: str = "cleanpipe") -> None:
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.interval = interval
+        self.label = label
+        self.rows = 0
+        self.bytes = 0
+        self.total_bytes = 0
+        self.t0 = time.perf_counter()
+        self._last = self.t0
+        self._bar: Any = None
+        self._tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def set_total_bytes(self, total: int) -> None:
+        self.total_bytes = total
+        if self._tty and self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total or None, unit="B", unit_scale=True, file=self.stream,
+                             desc=self.label, dynamic_ncols=True)
+
+    def advance_bytes(self, n: int) -> None:
+        self.bytes += n
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def advance_rows(self, n: int) -> None:
+        self.rows += n
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        rate = self.rows / max(now - self.t0, 1e-9)
+        if self._bar is not None:
+            self._bar.set_postfix_str(f"{self.rows:,} rows, {rate:,.0f} rows/s", refresh=False)
+        elif now - self._last >= self.interval:
+            self._last = now
+            pct = ""
+            if self.total_bytes:
+                frac = self.bytes / self.total_bytes
+                eta = (now - self.t0) * (1 - frac) / frac if frac > 0 else 0
+                pct = f", {frac:.0%} of input, ETA {eta:,.0f}s"
+            print(f"{self.label}: {self.rows:,} rows read ({rate:,.0f} rows/s{pct})",
+                  file=self.stream, flush=True)
+
+    def note(self, message: str) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(f"{self.label}: {message}")
+        else:
+            print(f"{self.label}: {message}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -1,0 +1,765 @@
+"""Read shards as Arrow record batches, with the line/row number of every record.
+
+Each reader yields :class:`Chunk` objects: a record batch, the 1-based line (JSONL) or record
+number (other formats) of each row, and the records that could not be parsed, so the engine
+can quarantine them with file, line and the parser's message instead of losing them.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"
+    >>> _ = p.write_bytes(b'{"a": "1"}\\n\\n{"a": "2\\xe2\\x80\\xa8"}\\n{oops\\n')
+    >>> t = read_table(p)
+    >>> t.column("a").to_pylist()
+    ['1', '2\\u2028']
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import gzip
+import io
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from cleanpipe.io.sources import InputError, Shard, resolve_sources
+
+
+@dataclass
+class BadRecord:
+    """A record that could not be read: where it is and why."""
+
+    shard: str
+    line: int
+    code: str  # parse_error | decode_error
+    message: str
+    raw: str | None
+    byte_offset: int | None = None
+
+
+@dataclass
+class Chunk:
+    shard: Shard
+    batch: pa.RecordBatch
+    numbers: np.ndarray  # 1-based line or record number of each row
+    bad: list[BadRecord] = field(default_factory=list)
+    bytes_read: int = 0  # bytes of the shard consumed by this chunk (for progress)
+    digest: bytes | None = None  # xxh3-128 of the shard's bytes (first chunk only)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    batch_size: int = 4096
+    encoding: str = "utf-8"
+    on_parse_error: str = "quarantine"  # quarantine | fail
+    on_decode_error: str = "replace"  # replace | quarantine | fail
+    csv_delimiter: str | None = None
+    text_column: str = "text"
+
+
+def _open_bytes(shard: Shard) -> bytes:
+    assert shard.path is not None
+    try:
+        raw = Path(shard.path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{shard.path}: cannot read: {e.strerror or e}") from e
+    try:
+        if shard.compression == "gzip":
+            return gzip.decompress(raw) if raw else raw
+        if shard.compression == "zstd":
+            import zstandard
+
+            if not raw:
+                return raw
+            return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read()
+        if shard.compression == "bz2":
+            return bz2.decompress(raw)
+    except Exception as e:  # corrupt archive: name the file, not the codec internals
+        raise InputError(f"{shard.path}: cannot decompress ({shard.compression}): {e}") from e
+    return raw
+
+
+#: deeper records cannot go through Arrow, Parquet and the field walkers safely; real
+#: fine-tuning records are a few levels deep (conversations[*].content is 3)
+MAX_NESTING = 64
+#: more invalid bytes than this share of a file means it is not UTF-8 with a few bad
+#: sequences but another encoding altogether: say so instead of replacing half the text
+NOT_UTF8_SHARE = 0.005
+NOT_UTF8_MIN = 64
+_GUESS_ENCODINGS = ("gb18030", "big5", "shift_jis", "euc-kr", "cp1252")
+
+
+def _bad_utf8_bytes(data: bytes) -> np.ndarray:
+    """Offset of every byte that is part of an invalid UTF-8 sequence (ascending)."""
+    ranges: list[tuple[int, int]] = []
+
+    def collect(err: UnicodeError) -> tuple[str, int]:
+        assert isinstance(err, UnicodeDecodeError)
+        ranges.append((err.start, err.end))
+        return "", err.end
+
+    # one C-speed pass; the handler is only called at the bad sequences
+    codecs.register_error("cleanpipe-collect", collect)
+    data.decode("utf-8", errors="cleanpipe-collect")
+    if not ranges:
+        return np.zeros(0, np.int64)
+    return np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in ranges])
+
+
+def _line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _guess_encoding(data: bytes) -> str | None:
+    sample = data[: 1 << 20]
+    for enc in _GUESS_ENCODINGS:
+        try:
+            sample.decode(enc)
+        except UnicodeDecodeError as e:
+            if e.start < len(sample) - 4:  # a cut multi-byte character at the end is fine
+                continue
+        return enc
+    return None
+
+
+def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions) -> tuple[bytes, np.ndarray]:
+    """UTF-8 bytes of ``data`` and the offset of every byte of an invalid sequence.
+
+    A BOM is removed (UTF-8; UTF-16/32 BOMs also select that encoding). Other encodings
+    (``input.encoding``) are transcoded first; ``on_decode_error: fail`` names the line and
+    byte offset of the first bad sequence, in the file as it is on disk.
+    """
+    enc = codecs.lookup(opts.encoding).name if _known(opts.encoding) else None
+    if enc is None:
+        raise InputError(f"{shard.path}: unknown encoding {opts.encoding!r} (input.encoding);"
+                         " use a Python codec name such as utf-8, gb18030, gbk, utf-16")
+    if enc == "utf-8" and data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        enc = "utf-32"
+    elif enc == "utf-8" and data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        enc = "utf-16"
+    if enc == "utf-8":
+        if data.startswith(codecs.BOM_UTF8):
+            data = data[3:]
+        bad = _bad_utf8_bytes(data)
+        if bad.size == 0:
+            return data, bad
+        first = int(bad[0])
+        where = f"{shard.path}:{_line_of(data, first)}"
+        if bad.size > max(NOT_UTF8_MIN, NOT_UTF8_SHARE * len(data)):
+            guess = _guess_encoding(data)
+            hint = f"it looks like {guess}: set input.encoding: {guess}" if guess else (
+                "set input.encoding to the file's encoding (e.g. gb18030, gbk, utf-16)")
+            raise InputError(f"{where}: not UTF-8 ({bad.size:,} invalid bytes, the first at"
+                             f" byte offset {first}); {hint}")
+        if opts.on_decode_error == "fail":
+            raise InputError(
+                f"{where}: invalid UTF-8 at byte offset {first}; if the file is in another"
+                " encoding set input.encoding (e.g. gb18030, utf-16), or set"
+                " input.on_decode_error to replace or quarantine")
+        return data, bad
+    try:
+        text = data.decode(enc)
+    except UnicodeDecodeError as e:
+        if opts.on_decode_error == "fail":
+            raise InputError(f"{shard.path}:{_line_of(data, e.start)}: not valid {enc} at byte"
+                             f" offset {e.start}; check input.encoding, or set"
+                             " input.on_decode_error to replace or quarantine") from None
+        # the bad bytes become U+FFFD here; with quarantine they are marked as lone
+        # surrogates, which the UTF-8 encoding below turns back into invalid bytes
+        errors = "replace" if opts.on_decode_error == "replace" else "surrogateescape"
+        text = data.decode(enc, errors=errors)
+    text = text.removeprefix("\ufeff")
+    out = text.encode("utf-8", errors="surrogateescape")
+    return out, _bad_utf8_bytes(out) if opts.on_decode_error == "quarantine" else np.zeros(
+        0, np.int64)
+
+
+def _known(encoding: str) -> bool:
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        return False
+    return True
+
+
+def _line_numbers(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start offset, end offset and 1-based number of every non-blank line."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    nl = np.flatnonzero(buf == 10)
+    starts = np.concatenate(([0], nl + 1))
+    ends = np.concatenate((nl, [len(buf)]))
+    ws = (buf == 32) | (buf == 9) | (buf == 13) | (buf == 10)
+    content = np.concatenate(([0], np.cumsum(~ws, dtype=np.int64)))
+    nonblank = content[ends] - content[starts] > 0
+    numbers = np.flatnonzero(nonblank) + 1
+    return starts[nonblank], ends[nonblank], numbers
+
+
+def _first_bad_in(bad: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each [start, end) span, the first bad byte offset inside it, or -1."""
+    if bad.size == 0:
+        return np.full(starts.size, -1, np.int64)
+    i = np.searchsorted(bad, starts, side="left")
+    cand = bad[np.minimum(i, bad.size - 1)]
+    return np.where((i < bad.size) & (cand < ends), cand, -1)
+
+
+def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRecord],
+             batch_size: int, nbytes: int) -> Iterator[Chunk]:
+    n = table.num_rows
+    if n == 0:
+        yield Chunk(shard, pa.RecordBatch.from_pylist([], schema=table.schema), numbers[:0],
+                    bad, nbytes)
+        return
+    table = table.combine_chunks()
+    first = True
+    for start in range(0, n, batch_size):
+        part = table.slice(start, batch_size)
+        batch = part.to_batches()[0] if part.num_rows else None
+        if batch is None:
+            continue
+        # bad records and the byte count ride on the first chunk of the shard
+        yield Chunk(shard, batch, numbers[start:start + batch.num_rows],
+                    bad if first else [], nbytes if first else 0)
+        first = False
+
+
+def _fast_json(data: bytes) -> pa.Table | None:
+    """pyarrow's multithreaded JSON reader, or None when the file needs the careful path."""
+    try:
+        # small blocks parse in parallel; a record longer than a block needs a bigger one
+        return pjson.read_json(io.BytesIO(data))
+    except pa.ArrowInvalid as e:
+        if "straddling" not in str(e) and "block" not in str(e):
+            return None
+    except pa.ArrowNotImplementedError:
+        return None
+    try:
+        return pjson.read_json(io.BytesIO(data),
+                               read_options=pjson.ReadOptions(block_size=len(data) + 1))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _decode_bad(shard: Shard, line: bytes, num: int, off: int) -> BadRecord:
+    return BadRecord(shard.name, num, "decode_error",
+                     f"invalid UTF-8 at line {num}, byte offset {off}",
+                     line.decode("utf-8", errors="replace"), off)
+
+
+def _read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    raw = _open_bytes(shard)
+    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts)
+
+
+def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
+                  opts: ReadOptions) -> Iterator[Chunk]:
+    bad: list[BadRecord] = []
+    if not data.strip():
+        yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, bad, opts.batch_size,
+                            len(raw))
+        return
+    if not bad_bytes.size:
+        table = _fast_json(data)
+        if table is not None:
+            n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            if table.num_rows == n_lines:
+                # no blank lines: record k is line k (the common case, no per-line scan)
+                numbers = np.arange(1, n_lines + 1, dtype=np.int64)
+            else:
+                numbers = _line_numbers(data)[2]
+            if table.num_rows == len(numbers) and _type_depth(table.schema) <= MAX_NESTING:
+                yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
+                return
+    starts, ends, numbers = _line_numbers(data)
+    first_bad = _first_bad_in(bad_bytes, starts, ends)
+    # Slow path, only for files with a broken line, invalid UTF-8 or types pyarrow cannot
+    # infer in one go: parse line by line so one bad line costs one record, not the file.
+    records: list[Any] = []
+    raws: list[str] = []
+    good: list[int] = []
+    decoder = json.JSONDecoder()
+    for s, e, num, off in zip(starts.tolist(), ends.tolist(), numbers.tolist(),
+                              first_bad.tolist(), strict=True):
+        line = data[s:e]
+        if off >= 0:
+            if opts.on_decode_error == "quarantine":
+                bad.append(_decode_bad(shard, line, num, off))
+                continue
+            text = line.decode("utf-8", errors="replace")
+        else:
+            text = line.decode("utf-8")
+        try:
+            rec = decoder.decode(text)
+        except json.JSONDecodeError as err:
+            if opts.on_parse_error == "fail":
+                raise InputError(f"{shard.path}:{num}: not valid JSON: {err.msg} (column"
+                                 f" {err.colno}); set input.on_parse_error: quarantine to"
+                                 " keep going") from err
+            bad.append(BadRecord(shard.name, num, "parse_error",
+                                 f"not valid JSON: {err.msg} (line {num}, column {err.colno})",
+                                 text, s))
+            continue
+        except RecursionError:
+            if opts.on_parse_error == "fail":
+                raise InputError(f"{shard.path}:{num}: JSON nested too deeply to read; set"
+                                 " input.on_parse_error: quarantine to keep going") from None
+            bad.append(BadRecord(shard.name, num, "parse_error",
+                                 f"JSON nested too deeply to read (line {num})", text, s))
+            continue
+        if not isinstance(rec, dict):
+            bad.append(BadRecord(shard.name, num, "parse_error",
+                                 f"a JSON {_json_kind(rec)} where an object was expected"
+                                 f" (line {num})", text, s))
+            continue
+        records.append(rec)
+        raws.append(text)
+        good.append(num)
+    table, records_bad = _table_from_records(shard, records, good, opts, raws)
+    bad = sorted(bad + records_bad, key=lambda b: b.line)
+    yield from _batches(table, np.asarray(good, dtype=np.int64), shard, bad, opts.batch_size,
+                        len(raw))
+
+
+def _json_kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return "null"
+
+
+def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
+                        opts: ReadOptions, raws: list[str] | None = None
+                        ) -> tuple[pa.Table, list[BadRecord]]:
+    """A table of ``records``; a record whose field has another JSON type than that field
+    has in most records (a number where text is expected) becomes a ``type_mismatch`` bad
+    record, so one odd record costs that record, not the file. ``numbers`` is updated in
+    place to the records kept."""
+    texts: list[str | None] = list(raws) if raws is not None else [None] * len(records)
+    records, too_deep = _drop_too_deep(shard, records, numbers, texts)
+    try:
+        return _from_pylist(records), too_deep
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        pass
+    kinds: dict[str, dict[str, int]] = {}
+    for rec in records:
+        for k, v in rec.items():
+            if v is not None:
+                c = kinds.setdefault(k, {})
+                kv = _json_kind(v)
+                c[kv] = c.get(kv, 0) + 1
+    # ties go to the kind seen first, so the choice does not depend on dict ordering
+    major = {k: max(c, key=lambda kind: c[kind]) for k, c in kinds.items() if len(c) > 1}
+    bad: list[BadRecord] = []
+    keep_recs, keep_nums = [], []
+    for rec, num, raw in zip(records, numbers, texts, strict=True):
+        wrong = [(k, _json_kind(v)) for k, v in rec.items()
+                 if k in major and v is not None and _json_kind(v) != major[k]]
+        if wrong:
+            k, kind = wrong[0]
+            if opts.on_parse_error == "fail":
+                raise InputError(f"{shard.path}:{num}: field {k!r} is a {kind} here but a"
+                                 f" {major[k]} in most records; make it one type or set"
+                                 " input.on_parse_error: quarantine")
+            bad.append(BadRecord(shard.name, num, "type_mismatch",
+                                 f"field {k!r} is a JSON {kind} here but a {major[k]} in most"
+                                 f" records (record {num})",
+                                 raw if raw is not None else _dumps(rec)))
+            continue
+        keep_recs.append(rec)
+        keep_nums.append(num)
+    try:
+        table = _from_pylist(keep_recs)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        col, line = _first_type_conflict(keep_recs, keep_nums)
+        where = f"{shard.path}:{line}" if line else str(shard.path)
+        raise InputError(
+            f"{where}: column {col!r} mixes types inside its values ({e}); make the column"
+            " one type or read it as a string") from e
+    numbers[:] = keep_nums
+    return table, bad + too_deep
+
+
+def _type_depth(schema: pa.Schema | pa.DataType) -> int:
+    """How many levels of struct/list nesting a schema has (iteratively: no recursion)."""
+    stack = [(f.type, 1) for f in schema] if isinstance(schema, pa.Schema) else [(schema, 1)]
+    depth = 0
+    while stack:
+        t, d = stack.pop()
+        depth = max(depth, d)
+        if pa.types.is_struct(t):
+            stack.extend((t.field(i).type, d + 1) for i in range(t.num_fields))
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            stack.append((t.value_type, d + 1))
+        elif pa.types.is_map(t):
+            stack.extend(((t.key_type, d + 1), (t.item_type, d + 1)))
+    return depth
+
+
+def _value_depth(v: Any) -> int:
+    depth = 0
+    stack = [(v, 0)]
+    while stack:
+        x, d = stack.pop()
+        depth = max(depth, d)
+        if isinstance(x, dict):
+            stack.extend((y, d + 1) for y in x.values())
+        elif isinstance(x, list):
+            stack.extend((y, d + 1) for y in x)
+    return depth
+
+
+def _drop_too_deep(shard: Shard, records: list[Any], numbers: list[int],
+                   raws: list[str | None]) -> tuple[list[Any], list[BadRecord]]:
+    """Records nested deeper than :data:`MAX_NESTING` become bad records (``numbers`` and
+    ``raws`` are updated in place). Records are only walked when one holds a nested value at all."""
+    if not any(isinstance(v, (dict, list)) for r in records for v in r.values()):
+        return records, []
+    keep, nums, texts, bad = [], [], [], []
+    for rec, num, raw in zip(records, numbers, raws, strict=True):
+        d = _value_depth(rec)
+        if d > MAX_NESTING:
+            bad.append(BadRecord(shard.name, num, "too_deep",
+                                 f"record {num} is nested {d} levels deep; at most"
+                                 f" {MAX_NESTING} levels can be stored: flatten it",
+                                 raw if raw is not None else _dumps(rec)))
+            continue
+        keep.append(rec)
+        nums.append(num)
+        texts.append(raw)
+    numbers[:] = nums
+    raws[:] = texts
+    return keep, bad
+
+
+def _dumps(rec: Any) -> str | None:
+    try:
+        return json.dumps(rec, ensure_ascii=False)[:100_000]
+    except RecursionError:  # deeper than json can write: the row id still says where it was
+        return None
+
+
+def _from_pylist(records: list[Any]) -> pa.Table:
+    return pa.Table.from_pylist(records) if records else pa.table({})
+
+
+def _first_type_conflict(records: list[Any], numbers: list[int]) -> tuple[str, int | None]:
+    seen: dict[str, type] = {}
+    for rec, num in zip(records, numbers, strict=False):
+        for k, v in rec.items():
+            if v is None:
+                continue
+            t = type(v)
+            if t in (int, float):
+                t = float
+            if k in seen and seen[k] is not t:
+                return k, num
+            seen.setdefault(k, t)
+    return "?", None
+
+
+_SURROGATE = re.compile("[\udc80-\udcff]")
+
+
+def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    """A JSON array of objects, one object (``{"split": [records]}`` is unwrapped, as
+    datasets' ``field=`` would), or JSON lines in a ``.json`` file."""
+    raw = _open_bytes(shard)
+    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    # invalid bytes survive decoding as lone surrogates, so the records holding them
+    # can be found after parsing (quarantine) or they become U+FFFD (replace)
+    text = data.decode("utf-8", errors="surrogateescape" if bad_bytes.size else "strict")
+    stripped = text.lstrip()
+    if not stripped:
+        yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, [], opts.batch_size,
+                            len(raw))
+        return
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        if stripped.startswith("{") and (err.msg == "Extra data" or "\n" in stripped.strip()):
+            # a .json file that holds JSON lines: one bad line costs one record
+            yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts)
+            return
+        raise InputError(f"{shard.path}:{err.lineno}: not valid JSON: {err.msg} (column"
+                         f" {err.colno}); fix the file, or write it as JSON lines so that a"
+                         " bad record costs only that record") from None
+    except RecursionError:
+        raise InputError(f"{shard.path}: JSON nested too deeply to read") from None
+    if isinstance(obj, dict):
+        lists = [v for v in obj.values() if isinstance(v, list)]
+        obj = lists[0] if len(obj) == 1 and len(lists) == 1 else [obj]
+    if not isinstance(obj, list):
+        raise InputError(f"{shard.path}: holds a JSON {_json_kind(obj)}; expected an array of"
+                         " objects, an object, or JSON lines")
+    bad: list[BadRecord] = []
+    records, numbers = [], []
+    surrogates = _SURROGATE if bad_bytes.size else None
+    bad_i = 0
+    for i, rec in enumerate(obj, start=1):
+        if surrogates is not None:
+            dumped = json.dumps(rec, ensure_ascii=False)
+            n_bad = len(surrogates.findall(dumped))
+            if n_bad:
+                # records are in file order, so the k-th bad byte belongs to the record
+                # holding the k-th surrogate
+                off = int(bad_bytes[min(bad_i, bad_bytes.size - 1)])
+                bad_i += n_bad
+                if opts.on_decode_error == "quarantine":
+                    line = _line_of(data, off)
+                    bad.append(BadRecord(
+                        shard.name, i, "decode_error",
+                        f"invalid UTF-8 at line {line}, byte offset {off} (record {i})",
+                        _fffd(dumped)[:100_000], off))
+                    continue
+                rec = json.loads(_fffd(dumped))
+        if isinstance(rec, dict):
+            records.append(rec)
+            numbers.append(i)
+        else:
+            bad.append(BadRecord(shard.name, i, "parse_error",
+                                 f"record {i} is a JSON {_json_kind(rec)}, not an object",
+                                 json.dumps(rec, ensure_ascii=False)[:100_000]))
+    table, records_bad = _table_from_records(shard, records, numbers, opts)
+    bad = sorted(bad + records_bad, key=lambda b: b.line)
+    yield from _batches(table, np.asarray(numbers, np.int64), shard, bad, opts.batch_size,
+                        len(raw))
+
+
+def _fffd(s: str) -> str:
+    return _SURROGATE.sub("\ufffd", s)
+
+
+def _read_csv(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    raw = _open_bytes(shard)
+    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    delim = opts.csv_delimiter or ("\t" if shard.format == "tsv" else ",")
+    if not data.strip():
+        yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, [], opts.batch_size,
+                            len(raw))
+        return
+    if bad_bytes.size:
+        # CSV records may span lines, so bad bytes cannot be tied to a record before
+        # parsing: replace them, and with quarantine mark them for the check below
+        text = data.decode("utf-8", errors="replace")
+        if opts.on_decode_error == "quarantine":
+            text = text.replace("\ufffd", _CSV_MARK)
+        data = text.encode("utf-8", errors="surrogatepass")
+    try:
+        table = pcsv.read_csv(
+            io.BytesIO(data),
+            parse_options=pcsv.ParseOptions(delimiter=delim, newlines_in_values=True),
+            # strings stay strings: a label column "007" must not become 7
+            convert_options=pcsv.ConvertOptions(strings_can_be_null=False,
+                                                check_utf8=not bad_bytes.size),
+        )
+    except pa.ArrowInvalid as e:
+        raise InputError(f"{shard.path}: not valid CSV: {e}; check input.csv_delimiter and"
+                         " the quoting") from e
+    numbers = np.arange(1, table.num_rows + 1, dtype=np.int64)
+    bad: list[BadRecord] = []
+    if bad_bytes.size and opts.on_decode_error == "quarantine":
+        table, numbers, bad = _csv_quarantine(shard, table, numbers, bad_bytes)
+    yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
+
+
+#: a lone surrogate cannot come from valid input, so it marks where the bad bytes were
+_CSV_MARK = "\udcff"
+
+
+def _csv_quarantine(shard: Shard, table: pa.Table, numbers: np.ndarray,
+                    bad_bytes: np.ndarray) -> tuple[pa.Table, np.ndarray, list[BadRecord]]:
+    """Move the records holding a marked (invalid) byte to bad records."""
+    mark = _CSV_MARK.encode("utf-8", errors="surrogatepass")
+    hit = np.zeros(table.num_rows, dtype=bool)
+    for col in table.columns:
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            hit |= _contains(col, mark)
+    bad = []
+    for k, r in enumerate(np.flatnonzero(hit).tolist()):
+        num = int(numbers[r])
+        # the k-th bad record holds at least the k-th bad sequence: a lower bound that is
+        # exact when each record holds one
+        off = int(bad_bytes[min(k, bad_bytes.size - 1)])
+        bad.append(BadRecord(shard.name, num, "decode_error",
+                             f"invalid UTF-8 in record {num} (near byte offset {off})", None,
+                             off))
+    keep = ~hit
+    return table.filter(pa.array(keep)), numbers[keep], bad
+
+
+def _contains(col: pa.ChunkedArray, needle: bytes) -> np.ndarray:
+    as_bin = col.cast(pa.binary()) if not pa.types.is_binary(col.type) else col
+    return pc.fill_null(pc.match_substring(as_bin, needle), False).to_numpy(
+        zero_copy_only=False)
+
+
+def _read_text(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    raw = _open_bytes(shard)
+    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    starts, ends, numbers = _line_numbers(data)
+    bad: list[BadRecord] = []
+    if bad_bytes.size and opts.on_decode_error == "quarantine":
+        first_bad = _first_bad_in(bad_bytes, starts, ends)
+        for s, e, num, off in zip(starts[first_bad >= 0].tolist(), ends[first_bad >= 0].tolist(),
+                                  numbers[first_bad >= 0].tolist(),
+                                  first_bad[first_bad >= 0].tolist(), strict=True):
+            bad.append(_decode_bad(shard, data[s:e], num, off))
+        keep = first_bad < 0
+        starts, ends, numbers = starts[keep], ends[keep], numbers[keep]
+    lines = [data[s:e].decode("utf-8", errors="replace").rstrip("\r")
+             for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    table = pa.table({opts.text_column: pa.array(lines, pa.string())})
+    yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
+
+
+def _read_parquet(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    assert shard.path is not None
+    try:
+        pf = pq.ParquetFile(shard.path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"{shard.path}: not a readable Parquet file: {e}") from e
+    start = 1
+    first = True
+    any_rows = False
+    for batch in pf.iter_batches(batch_size=opts.batch_size):
+        if batch.num_rows == 0:
+            continue
+        any_rows = True
+        yield Chunk(shard, batch, np.arange(start, start + batch.num_rows, dtype=np.int64),
+                    [], shard.size if first else 0)
+        first = False
+        start += batch.num_rows
+    if not any_rows:
+        yield Chunk(shard, pa.RecordBatch.from_pylist([], schema=pf.schema_arrow),
+                    np.zeros(0, np.int64), [], shard.size)
+
+
+def _read_arrow(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    assert shard.path is not None
+    try:
+        source = pa.memory_map(shard.path)
+        try:
+            table = pa.ipc.open_file(source).read_all()
+        except pa.ArrowInvalid:
+            source = pa.memory_map(shard.path)
+            table = pa.ipc.open_stream(source).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"{shard.path}: not a readable Arrow IPC/Feather file: {e}") from e
+    numbers = np.arange(1, table.num_rows + 1, dtype=np.int64)
+    yield from _batches(table, numbers, shard, [], opts.batch_size, shard.size)
+
+
+def _read_hf(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(shard.path)
+    except Exception as e:  # datasets raises several kinds; the message is what matters
+        raise InputError(f"{shard.path}: not a readable datasets.save_to_disk folder: {e}") from e
+    if isinstance(ds, datasets.DatasetDict):
+        raise InputError(f"{shard.path}: holds a DatasetDict ({', '.join(ds)}); point at one"
+                         " split's folder")
+    yield from _read_memory(Shard(shard.path, shard.name, "memory", obj=ds), opts)
+
+
+def _memory_table(obj: Any) -> Iterator[pa.Table]:
+    if isinstance(obj, pa.Table):
+        yield obj
+        return
+    if isinstance(obj, pa.RecordBatch):
+        yield pa.Table.from_batches([obj])
+        return
+    try:
+        import polars as pl
+
+        if isinstance(obj, (pl.DataFrame, pl.LazyFrame)):
+            df = obj.collect() if isinstance(obj, pl.LazyFrame) else obj
+            yield df.to_arrow()
+            return
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import datasets
+
+        if isinstance(obj, datasets.Dataset):
+            if obj._indices is not None:
+                obj = obj.flatten_indices()
+            yield obj.data.table
+            return
+        if isinstance(obj, datasets.IterableDataset):
+            for b in obj.iter(batch_size=4096):
+                yield pa.Table.from_pydict(b)
+            return
+    except ImportError:  # pragma: no cover
+        pass
+    raise InputError(f"cannot read a {type(obj).__name__}: pass a path, a pyarrow Table, a"
+                     " polars DataFrame or a datasets.Dataset")
+
+
+def _read_memory(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    start = 1
+    for table in _memory_table(shard.obj):
+        numbers = np.arange(start, start + table.num_rows, dtype=np.int64)
+        start += table.num_rows
+        yield from _batches(table, numbers, shard, [], opts.batch_size, 0)
+
+
+_READERS = {
+    "jsonl": _read_jsonl, "json": _read_json, "csv": _read_csv, "tsv": _read_csv,
+    "parquet": _read_parquet, "arrow": _read_arrow, "hf": _read_hf, "memory": _read_memory,
+    "text": _read_text,
+}
+
+
+def read_shard(shard: Shard, opts: ReadOptions | None = None) -> Iterator[Chunk]:
+    """Chunks of one shard; an empty shard yields one empty chunk (so it is counted)."""
+    return _READERS[shard.format](shard, opts or ReadOptions())
+
+
+def iter_chunks(source: Any, opts: ReadOptions | None = None, fmt: str = "auto") -> Iterator[Chunk]:
+    for shard in resolve_sources(source, fmt):
+        yield from read_shard(shard, opts)
+
+
+def iter_batches(source: Any, batch_size: int = 4096, fmt: str = "auto",
+                 **options: Any) -> Iterator[pa.RecordBatch]:
+    """Record batches of any supported input (bad records skipped: use the engine to keep them)."""
+    opts = ReadOptions(batch_size=batch_size, **options)
+    for chunk in iter_chunks(source, opts, fmt):
+        if chunk.batch.num_rows:
+            yield chunk.batch
+
+
+def read_table(source: Any, fmt: str = "auto", **options: Any) -> pa.Table:
+    """All of an input as one Table, shards unified (see :func:`unify_schemas`)."""
+    opts = ReadOptions(**options)
+    tables = []
+    names = []
+    for chunk in iter_chunks(source, opts, fmt):
+        if chunk.batch.num_rows or chunk.batch.num_columns:
+            tables.append(pa.Table.from_batches([chunk.batch]))
+            names.append(chunk.shard.name)
+    if not tables:
+        return pa.table({})
+    from cleanpipe.io.schemas import unify_tables
+
+    return unify_tables(tables, names)

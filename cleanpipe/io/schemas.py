@@ -1,0 +1,116 @@
+"""Unify the schemas of shards where that loses nothing; otherwise say which files disagree.
+
+Lossless here means: a column missing from a shard becomes nulls, a ``null`` column takes
+the other shard's type, integers widen, ``string`` widens to ``large_string``, structs take
+the union of their keys. A column that is a string in one file and a number in another is an
+error naming both files.
+
+    >>> a = pa.schema([("x", pa.int32()), ("y", pa.null())])
+    >>> b = pa.schema([("x", pa.int64()), ("y", pa.string()), ("z", pa.string())])
+    >>> unify_schemas([("a.jsonl", a), ("b.jsonl", b)])
+    x: int64
+    y: string
+    z: string
+    >>> unify_schemas([("a.jsonl", a), ("c.jsonl", pa.schema([("x", pa.string())]))])
+    Traceback (most recent call last):
+    ...
+    cleanpipe.io.sources.InputError: column 'x' is int32 in a.jsonl but string in c.jsonl; ...
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from cleanpipe.io.sources import InputError
+
+
+def _unify_pair(a: pa.Schema, b: pa.Schema) -> pa.Schema:
+    return pa.unify_schemas([a, b], promote_options="permissive")
+
+
+def _lossy(old: pa.DataType, new: pa.DataType) -> bool:
+    """Permissive promotion also turns int into float or into string-like; we refuse those."""
+    if pa.types.is_integer(old) and not pa.types.is_integer(new):
+        return True
+    if (pa.types.is_floating(old) or pa.types.is_boolean(old)) and (
+            pa.types.is_string(new) or pa.types.is_large_string(new)):
+        return True
+    if pa.types.is_struct(old) and pa.types.is_struct(new):
+        for f in old:
+            idx = new.get_field_index(f.name)
+            if idx >= 0 and _lossy(f.type, new.field(idx).type):
+                return True
+    if (pa.types.is_list(old) or pa.types.is_large_list(old)) and (
+            pa.types.is_list(new) or pa.types.is_large_list(new)):
+        return _lossy(old.value_type, new.value_type)
+    return False
+
+
+def unify_schemas(named: list[tuple[str, pa.Schema]]) -> pa.Schema:
+    """One schema for all ``(shard name, schema)`` pairs, or :class:`InputError`."""
+    named = [(n, s) for n, s in named if len(s)]
+    if not named:
+        return pa.schema([])
+    result = named[0][1]
+    owner = {f.name: named[0][0] for f in result}
+    for name, schema in named[1:]:
+        if schema.equals(result):
+            continue
+        try:
+            merged = _unify_pair(result, schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            merged = None
+        bad = None
+        for f in schema:
+            if f.name not in owner:
+                owner[f.name] = name
+                continue
+            old = result.field(f.name).type
+            if merged is None:
+                try:
+                    _unify_pair(pa.schema([result.field(f.name)]), pa.schema([f]))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                    bad = f
+                    break
+            else:
+                new = merged.field(f.name).type
+                if not pa.types.is_null(old) and not pa.types.is_null(f.type) and (
+                        _lossy(old, new) or _lossy(f.type, new)):
+                    bad = f
+                    break
+        if bad is not None:
+            old = result.field(bad.name).type
+            raise InputError(
+                f"column {bad.name!r} is {old} in {owner[bad.name]} but {bad.type} in {name};"
+                " make it one type in every file (or read the files in separate runs)"
+            )
+        assert merged is not None
+        for f in merged:
+            if pa.types.is_null(result.field(f.name).type) if f.name in result.names else True:
+                owner.setdefault(f.name, name)
+        result = merged
+    return result
+
+
+def cast_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` in ``schema``: missing columns become nulls, columns reordered and widened."""
+    if batch.schema.equals(schema):
+        return batch
+    cols = []
+    for f in schema:
+        idx = batch.schema.get_field_index(f.name)
+        if idx < 0:
+            cols.append(pa.nulls(batch.num_rows, f.type))
+        else:
+            col = batch.column(idx)
+            cols.append(col if col.type.equals(f.type) else col.cast(f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def unify_tables(tables: list[pa.Table], names: list[str]) -> pa.Table:
+    schema = unify_schemas([(n, t.schema) for n, t in zip(names, tables, strict=True)])
+    batches = []
+    for t in tables:
+        for b in t.to_batches():
+            batches.append(cast_batch(b, schema))
+    return pa.Table.from_batches(batches, schema=schema)

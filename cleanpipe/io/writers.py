@@ -1,0 +1,252 @@
+"""Write the cleaned dataset and the quarantine, and commit the output directory atomically.
+
+Layout of an output directory::
+
+    OUT/
+      data/train-00000-of-00001.parquet   cleaned rows (or .jsonl; or a save_to_disk folder)
+      quarantine/quarantine-00000-of-00001.parquet   dropped rows as read + row id + reasons
+      events.parquet                       every change/drop/flag: row id, stage, code, detail
+      report.json, report.md, ...
+      README.md                            dataset card, so datasets.load_dataset(OUT) works
+      _SUCCESS                             written last: a folder without it is not complete
+
+Everything is written into a hidden sibling ``.OUT.tmp-<pid>`` and renamed into place at the
+end, so a run killed midway leaves nothing that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cleanpipe.io.schemas import cast_batch, unify_schemas
+
+OUTPUT_FORMATS = ("parquet", "jsonl", "hf")
+QUARANTINE_COLUMNS = ("_cleanpipe_row_id", "_cleanpipe_stage", "_cleanpipe_reasons",
+                      "_cleanpipe_details", "_cleanpipe_raw")
+
+
+class OutputError(Exception):
+    """The output location cannot be used (exists, not writable, disk full)."""
+
+
+def _write_jsonl(table: pa.Table, path: Path) -> None:
+    import polars as pl
+
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    df.write_ndjson(path)
+
+
+class PartWriter:
+    """Rows of possibly different schemas → parts of one unified schema.
+
+    Batches are appended to the current part until its schema would change or it holds
+    ``rows_per_part`` rows. ``close`` unifies the parts' schemas (losslessly) and rewrites
+    the parts that differ, then names them ``PREFIX-00000-of-0000N.EXT``.
+    """
+
+    def __init__(self, directory: Path, prefix: str, fmt: str = "parquet",
+                 rows_per_part: int = 1_000_000, compression: str = "zstd",
+                 row_group_rows: int = 65_536) -> None:
+        self.dir = directory
+        self.prefix = prefix
+        self.fmt = fmt
+        self.rows_per_part = rows_per_part
+        self.compression = compression
+        self.parts: list[tuple[Path, pa.Schema, str]] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._schema: pa.Schema | None = None
+        self._rows = 0
+        self.rows = 0
+        self.row_group_rows = min(row_group_rows, rows_per_part)
+        # rows are written in row groups of a fixed size, so the bytes of a part do not
+        # depend on the batch size or on how the input was chunked
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+
+    def _part_path(self, i: int) -> Path:
+        return self.dir / f".part-{i:05d}.parquet"
+
+    def _open(self, schema: pa.Schema, source: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self._part_path(len(self.parts))
+        self._writer = pq.ParquetWriter(path, schema, compression=self.compression)
+        self._schema = schema
+        self._rows = 0
+        self.parts.append((path, schema, source))
+
+    def _flush(self, final: bool) -> None:
+        assert self._writer is not None
+        while self._pending_rows >= self.row_group_rows or (final and self._pending_rows):
+            table = pa.Table.from_batches(self._pending, schema=self._schema)
+            n = min(self.row_group_rows, table.num_rows)
+            self._writer.write_table(table.slice(0, n), row_group_size=n)
+            rest = table.slice(n)
+            self._pending = rest.to_batches() if rest.num_rows else []
+            self._pending_rows = rest.num_rows
+
+    def _close_current(self) -> None:
+        if self._writer is not None:
+            self._flush(final=True)
+            self._writer.close()
+            self._writer = None
+
+    def write(self, batch: pa.RecordBatch, source: str = "") -> None:
+        if batch.num_rows == 0:
+            return
+        if self._schema is not None and not batch.schema.equals(self._schema):
+            try:
+                merged = unify_schemas([("", self._schema), (source, batch.schema)])
+            except Exception:
+                merged = None
+            if merged is not None and merged.equals(self._schema):
+                batch = cast_batch(batch, self._schema)
+        if (self._writer is None or not batch.schema.equals(self._schema)
+                or self._rows >= self.rows_per_part):
+            self._close_current()
+            self._open(batch.schema, source)
+        assert self._writer is not None
+        room = self.rows_per_part - self._rows
+        if batch.num_rows > room:
+            head, tail = batch.slice(0, room), batch.slice(room)
+            self.write(head, source)
+            self.write(tail, source)
+            return
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        self._rows += batch.num_rows
+        self.rows += batch.num_rows
+        self._flush(final=False)
+
+    def close(self, empty_schema: pa.Schema | None = None) -> list[Path]:
+        """Finish the parts; returns their final paths."""
+        self._close_current()
+        if not self.parts:
+            # an empty result is still a dataset: one empty part with the input's schema
+            self._open(empty_schema if empty_schema is not None else pa.schema([]), "")
+            self._close_current()
+        schema = unify_schemas([(src or str(p), s) for p, s, src in self.parts])
+        for path, s, _ in self.parts:
+            if not s.equals(schema):
+                table = pq.read_table(path)
+                table = pa.Table.from_batches(
+                    [cast_batch(b, schema) for b in table.to_batches()], schema=schema)
+                pq.write_table(table, path, compression=self.compression)
+        n = len(self.parts)
+        final = []
+        ext = "jsonl" if self.fmt == "jsonl" else "parquet"
+        for i, (path, _, _) in enumerate(self.parts):
+            target = self.dir / f"{self.prefix}-{i:05d}-of-{n:05d}.{ext}"
+            if self.fmt == "jsonl":
+                _write_jsonl(pq.read_table(path), target)
+                path.unlink()
+            else:
+                path.rename(target)
+            final.append(target)
+        self.schema = schema
+        return final
+
+
+def write_hf_dataset(parquet_parts: list[Path], target: Path) -> None:
+    """Turn finished Parquet parts into a ``datasets.save_to_disk`` folder at ``target``."""
+    import datasets
+
+    files = [str(p) for p in parquet_parts]
+    table = pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table({})
+    ds = datasets.Dataset(table)
+    ds.save_to_disk(str(target))
+
+
+def dataset_card(data_glob: str, quarantine_glob: str) -> str:
+    """README.md whose YAML header tells ``datasets.load_dataset(OUT)`` which files are which."""
+    return (
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        f"    path: {data_glob}\n- config_name: quarantine\n  data_files:\n"
+        f"  - split: train\n    path: {quarantine_glob}\n---\n\n"
+        "# Cleaned by cleanpipe\n\n`data/` holds the cleaned rows; `quarantine/` the rows that"
+        " were removed, each with its row id and reasons; `report.json` says what happened.\n"
+    )
+
+
+class AtomicDir:
+    """A directory written under a temporary name and renamed into place on commit."""
+
+    def __init__(self, target: Path, overwrite: bool = False) -> None:
+        self.target = Path(target)
+        self.overwrite = overwrite
+        tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.tmp = self.target.parent / f".{self.target.name}.tmp-{tag}"
+
+    def check(self) -> None:
+        """Fail early, before any work, if the target cannot be used."""
+        if self.target.exists() and not self.overwrite:
+            raise OutputError(f"{self.target}: already exists; pass --overwrite to replace it")
+        if self.target.exists() and not self.target.is_dir():
+            raise OutputError(f"{self.target}: exists and is not a directory")
+        parent = self.target.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"{parent}: cannot create the output's parent folder: "
+                              f"{e.strerror or e}") from e
+        if not os.access(parent, os.W_OK):
+            raise OutputError(f"{parent}: not writable; choose another --output")
+        self._clean_stale()
+
+    def _clean_stale(self) -> None:
+        # leftovers of killed runs: hidden, never complete; remove those whose process is gone
+        for p in self.target.parent.glob(f".{self.target.name}.tmp-*"):
+            try:
+                pid = int(p.name.rsplit(".tmp-", 1)[1].split("-")[0])
+            except ValueError:
+                continue
+            if pid != os.getpid() and not _alive(pid):
+                shutil.rmtree(p, ignore_errors=True)
+
+    def __enter__(self) -> Path:
+        self.check()
+        try:
+            self.tmp.mkdir(parents=True)
+        except OSError as e:
+            raise OutputError(f"{self.tmp}: cannot create: {e.strerror or e}") from e
+        return self.tmp
+
+    def commit(self) -> None:
+        (self.tmp / "_SUCCESS").write_text("")
+        old = None
+        if self.target.exists():
+            old = self.target.parent / f".{self.target.name}.old-{uuid.uuid4().hex[:8]}"
+            self.target.rename(old)
+        self.tmp.rename(self.target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False) + "\n",
+                    encoding="utf-8")

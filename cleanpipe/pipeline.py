@@ -1,0 +1,229 @@
+"""The Python API: build or load a pipeline, run it, get the report.
+
+    >>> import pyarrow as pa
+    >>> from cleanpipe import Pipeline
+    >>> p = Pipeline(stages=[], fields=["text"])
+    >>> report = p.run(pa.table({"text": ["a", "b"]}))
+    >>> report["totals"]["read"], report["totals"]["kept"]
+    (2, 2)
+    >>> [b.num_rows for b in p.iter_batches(pa.table({"text": ["a", "b"]}))]
+    [2]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cleanpipe.engine.local import RunState, Sinks, execute
+from cleanpipe.engine.progress import Progress
+from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.io.writers import AtomicDir, PartWriter, dataset_card, write_hf_dataset, write_json
+from cleanpipe.report.build import build_report
+from cleanpipe.spec import PipelineSpec, build_stage, load_spec, spec_from_dict
+from cleanpipe.stages.base import Stage
+
+EVENTS_SCHEMA = pa.schema([
+    ("row_id", pa.string()), ("seq", pa.int64()), ("stage", pa.string()), ("code", pa.string()),
+    ("action", pa.string()), ("field", pa.string()), ("detail", pa.string()),
+])
+
+
+def quarantine_batch(q: QuarantineRows) -> pa.RecordBatch:
+    """Dropped rows as read, plus row id, dropping stage, reason codes, details, raw text."""
+    n = len(q.row_ids)
+    meta = {
+        "_cleanpipe_row_id": pa.array(q.row_ids, pa.string()),
+        "_cleanpipe_stage": pa.array([q.stage] * n, pa.string()),
+        "_cleanpipe_reasons": pa.array(q.reasons, pa.list_(pa.string())),
+        "_cleanpipe_details": pa.array(q.details, pa.list_(pa.string())),
+        "_cleanpipe_raw": pa.array(q.raw if q.raw else [None] * n, pa.string()),
+    }
+    if q.orig is None:
+        return pa.RecordBatch.from_pydict(meta)
+    cols = list(q.orig.columns) + list(meta.values())
+    names = list(q.orig.schema.names) + list(meta)
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def _with_flags(rows: Rows, column: str) -> pa.RecordBatch:
+    flags = rows.flags if rows.flags is not None else np.empty(rows.num_rows, dtype=object)
+    arr = pa.array([f if f is not None else [] for f in flags.tolist()], pa.list_(pa.string()))
+    return rows.data.append_column(column, arr)
+
+
+class Pipeline:
+    """A cleaning pipeline: stages, text fields, input/output settings and a gate.
+
+    Build it in code (``Pipeline(stages=[UnicodeFix(), ExactDedup()], fields=[...])``) or load
+    a YAML file with :meth:`from_yaml`. :meth:`run` writes the cleaned dataset, quarantine and
+    reports and returns the report dict; :meth:`iter_batches` yields cleaned record batches
+    for scripts that keep going in memory.
+    """
+
+    def __init__(self, stages: list[Stage | dict[str, Any]] | None = None, *,
+                 fields: list[str] | None = None, spec: PipelineSpec | None = None,
+                 **settings: Any) -> None:
+        if spec is None:
+            spec = spec_from_dict({"fields": fields, **settings})
+            spec.stages = [s if isinstance(s, Stage) else build_stage(s, i)
+                           for i, s in enumerate(stages or [])]
+        self.spec = spec
+        self.last_state: RunState | None = None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Pipeline:
+        return cls(spec=load_spec(path))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Pipeline:
+        return cls(spec=spec_from_dict(data))
+
+    @property
+    def stages(self) -> list[Stage]:
+        return list(self.spec.stages)
+
+    def _source(self, input: Any) -> Any:
+        src = input if input is not None else self.spec.input.path
+        if src is None:
+            from cleanpipe.spec import ConfigError
+
+            raise ConfigError(f"{self.spec.source or '<pipeline>'}: no input: set input.path"
+                              " or pass --input")
+        return src
+
+    def iter_batches(self, input: Any = None, *, workers: int | None = None
+                     ) -> Iterator[pa.RecordBatch]:
+        """Cleaned record batches in input order; nothing is written."""
+        gen = execute(self.spec, self._source(input), Sinks(), workers=workers)
+        while True:
+            try:
+                rows = next(gen)
+            except StopIteration as stop:
+                self.last_state = stop.value
+                return
+            yield rows.data
+
+    def check(self, input: Any = None, *, workers: int | None = None,
+              progress: bool = False) -> dict[str, Any]:
+        """Run every stage read-only: the report (with verdict), no dataset written."""
+        return self.run(input, None, workers=workers, progress=progress)
+
+    def run(self, input: Any = None, output: str | Path | None = None, *,
+            overwrite: bool = False, workers: int | None = None, progress: bool = False,
+            report_dir: str | Path | None = None,
+            executor: Callable[..., Iterator[Rows]] | None = None) -> dict[str, Any]:
+        """Run the pipeline. With an output directory, write data, quarantine and reports
+        there atomically; without one, only compute the report (and write it to
+        ``report_dir`` if given). Returns the report dict.
+
+        ``executor`` replaces the local engine's :func:`~cleanpipe.engine.local.execute`
+        (same signature); the Ray engine passes its own so writing stays in one place."""
+        run_exec = executor or execute
+        source = self._source(input)
+        out = output if output is not None else None
+        prog = Progress(enabled=progress)
+        if out is None:
+            state = self._drain(run_exec(self.spec, source, Sinks(), workers=workers,
+                                        progress=prog))
+            report = self._report(state, source, None, False)
+            if report_dir is not None:
+                _write_reports(report, Path(report_dir), overwrite=True)
+            return report
+        atomic = AtomicDir(Path(out), overwrite=overwrite)
+        with atomic as tmp:
+            fmt = self.spec.output.format
+            data_dir = tmp / "data"
+            parts_dir = tmp / ".hf-parts" if fmt == "hf" else data_dir
+            data_w = PartWriter(parts_dir, "train", "jsonl" if fmt == "jsonl" else "parquet",
+                                self.spec.output.rows_per_part)
+            # same format as the data: datasets reads one format per dataset card
+            q_w = PartWriter(tmp / "quarantine", "quarantine",
+                             "jsonl" if fmt == "jsonl" else "parquet")
+            events_w: pq.ParquetWriter | None = None
+            flag_col = self.spec.output.flag_column
+
+            def kept(rows: Rows) -> None:
+                batch = _with_flags(rows, flag_col) if flag_col else rows.data
+                data_w.write(batch, rows.shard)
+
+            def quarantine(q: QuarantineRows) -> None:
+                q_w.write(quarantine_batch(q), q.stage)
+
+            def events(t: pa.Table) -> None:
+                nonlocal events_w
+                if events_w is None:
+                    events_w = pq.ParquetWriter(tmp / "events.parquet", EVENTS_SCHEMA,
+                                                compression="zstd")
+                events_w.write_table(t.cast(EVENTS_SCHEMA))
+
+            sinks = Sinks(kept=kept, quarantine=quarantine,
+                          events=events if self.spec.output.events else None)
+            state = self._drain(run_exec(self.spec, source, sinks, workers=workers,
+                                        progress=prog, tmp_dir=tmp))
+            empty_schema = state.input_schema
+            if empty_schema is not None and flag_col:
+                empty_schema = empty_schema.append(pa.field(flag_col, pa.list_(pa.string())))
+            parts = data_w.close(empty_schema)
+            q_w.close()
+            if events_w is not None:
+                events_w.close()
+            elif self.spec.output.events:
+                pq.write_table(EVENTS_SCHEMA.empty_table(), tmp / "events.parquet")
+            if fmt == "hf":
+                write_hf_dataset(parts, data_dir)
+                for p in parts:
+                    p.unlink()
+                parts_dir.rmdir()
+            ext = "jsonl" if fmt == "jsonl" else "parquet"
+            if fmt != "hf":
+                (tmp / "README.md").write_text(
+                    dataset_card(f"data/*.{ext}", f"quarantine/*.{ext}"), encoding="utf-8")
+            report = self._report(state, source, str(out), True)
+            _write_reports(report, tmp)
+            atomic.commit()
+        return report
+
+    @staticmethod
+    def _drain(gen: Iterator[Rows]) -> RunState:
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return stop.value
+
+    def _report(self, state: RunState, source: Any, output: str | None,
+                written: bool) -> dict[str, Any]:
+        self.last_state = state
+        if isinstance(source, (str, os.PathLike)):
+            desc = [os.fspath(source)]
+        elif isinstance(source, (list, tuple)):
+            desc = [os.fspath(s) if isinstance(s, (str, os.PathLike)) else type(s).__name__
+                    for s in source]
+        else:
+            desc = [f"<{type(source).__name__}>"]
+        report = build_report(self.spec, state, input_desc=desc, output_path=output,
+                              output_written=written)
+        try:
+            from cleanpipe.gate import GateConfig, evaluate
+        except ImportError:
+            return report
+        gate = self.spec.gate if isinstance(self.spec.gate, GateConfig) else GateConfig()
+        report["verdict"] = evaluate(report, gate)
+        return report
+
+
+def _write_reports(report: dict[str, Any], directory: Path, overwrite: bool = False) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        from cleanpipe.report import write_reports
+    except ImportError:
+        write_json(directory / "report.json", report)
+        return
+    write_reports(report, directory)

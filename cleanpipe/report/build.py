@@ -1,0 +1,108 @@
+"""Build the report dict from what the engine counted (never by re-reading data)."""
+
+from __future__ import annotations
+
+import platform
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any
+
+from cleanpipe import __version__
+from cleanpipe.engine.apply import CHAR_EDGES
+from cleanpipe.engine.local import RunState
+from cleanpipe.report.schema import SCHEMA_VERSION
+from cleanpipe.spec import PipelineSpec
+from cleanpipe.stages.base import GlobalStage
+
+_KEY_DEPS = ("pyarrow", "polars", "datasets", "datasketch", "ftfy", "tokenizers", "numpy",
+             "numba", "pydantic")
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "cleanpipe": __version__}
+    for name in _KEY_DEPS:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _label_distribution(stages: list[dict[str, Any]]) -> dict[str, int] | None:
+    for s in stages:
+        labels = s["metrics"].get("labels")
+        if isinstance(labels, dict) and labels:
+            return {str(k): int(v) for k, v in labels.items()}
+    return None
+
+
+def _token_distribution(stages: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    for s in stages:
+        h = s["metrics"].get(key)
+        if isinstance(h, dict) and "counts" in h:
+            return h
+    return None
+
+
+def build_report(spec: PipelineSpec, state: RunState, *, input_desc: list[str],
+                 output_path: str | None, output_written: bool) -> dict[str, Any]:
+    stages = []
+    reasons = []
+    examples: list[dict[str, Any]] = list(state.read_examples)
+    changed = flagged = failed = 0
+    for i, (stage, st) in enumerate(zip(spec.stages, state.stage_stats, strict=True)):
+        section = stage.report_section() if isinstance(stage, GlobalStage) else {}
+        stages.append({
+            "index": i, "name": stage.name, "params": stage.describe(),
+            "rows_in": st.rows_in, "rows_out": st.rows_out, "changed": st.changed,
+            "dropped": st.dropped, "flagged": st.flagged, "failed": st.failed,
+            "seconds": round(st.seconds, 4),
+            "codes": {c: {"action": a, "events": e, "rows": r}
+                      for c, (a, e, r) in sorted(st.codes.items())},
+            "metrics": st.metrics, "section": section,
+        })
+        changed += st.changed
+        flagged += st.flagged
+        failed += st.failed
+        for c, (a, e, r) in sorted(st.codes.items()):
+            reasons.append({"stage": stage.name, "code": c, "action": a, "events": e, "rows": r})
+        for code in sorted(st.examples):
+            examples.extend(st.examples[code])
+    for code, n in sorted(state.read_codes.items()):
+        reasons.insert(0, {"stage": "read", "code": code, "action": "drop", "events": n,
+                           "rows": n})
+    dist: dict[str, Any] = {
+        "chars_before": {"edges": CHAR_EDGES, "counts": state.hist_before.tolist()},
+        "chars_after": {"edges": CHAR_EDGES, "counts": state.hist_after.tolist()},
+    }
+    for key in ("tokens_before", "tokens_after"):
+        tok = _token_distribution(stages, key)
+        if tok is not None:
+            dist[key] = tok
+    labels = _label_distribution(stages)
+    if labels is not None:
+        dist["labels"] = labels
+    wall = max(state.wall, 1e-9)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cleanpipe_version": __version__,
+        "versions": versions(),
+        "pipeline": {"name": spec.name, "path": spec.source, "config_hash": spec.config_hash(),
+                     "config": spec.config_dict()},
+        "input": {"paths": input_desc, "files": state.shards, "bytes": state.input_bytes,
+                  "fingerprint": "xxh3_128:" + state.fingerprint.hexdigest(),
+                  "text_fields": state.text_fields},
+        "output": {"path": output_path, "format": spec.output.format, "written": output_written},
+        "totals": {"read": state.read, "kept": state.kept, "quarantined": state.quarantined,
+                   "changed": changed, "flagged": flagged, "failed": failed},
+        "stages": stages,
+        "reasons": reasons,
+        "examples": examples,
+        "distributions": dist,
+        "timing": {
+            "wall_seconds": round(state.wall, 4),
+            "rows_per_second": round(state.read / wall, 1),
+            "started": datetime.fromtimestamp(state.started, timezone.utc).isoformat(),
+        },
+        "verdict": {"passed": failed == 0, "exit_code": 0 if failed == 0 else 1, "rules": []},
+    }

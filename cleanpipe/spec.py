@@ -1,0 +1,276 @@
+"""The declarative pipeline: what a YAML pipeline file may say, validated on load.
+
+    >>> spec = load_spec_text('''
+    ... name: demo
+    ... input: {path: data.jsonl}
+    ... fields: [instruction, output]
+    ... stages: []
+    ... ''')
+    >>> spec.name, spec.input.path, spec.output.format
+    ('demo', 'data.jsonl', 'parquet')
+    >>> load_spec_text("stages: []\\nbatchsize: 10\\n", "p.yaml")
+    Traceback (most recent call last):
+    ...
+    cleanpipe.spec.ConfigError: p.yaml:2: batchsize: unknown key; did you mean 'batch_size'? ...
+
+Errors are one line: file, line, key path, what is wrong, the valid choices and a guess.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cleanpipe.stages.base import Stage
+
+
+class ConfigError(Exception):
+    """The pipeline file is wrong (exit code 2). ``str(err)`` is the one-line message."""
+
+
+class InputSpec(BaseModel):
+    """Where to read from and how."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str | list[str] | None = None
+    """A file, a directory (read recursively, sorted), a glob, or a list of them."""
+    format: Literal[
+        "auto", "jsonl", "json", "parquet", "csv", "tsv", "arrow", "hf", "text"] = "auto"
+    encoding: str = "utf-8"
+    """Text encoding of JSON/CSV/text input, e.g. gb18030 or utf-16."""
+    on_parse_error: Literal["quarantine", "fail"] = "quarantine"
+    on_decode_error: Literal["replace", "quarantine", "fail"] = "replace"
+    id_field: str | None = None
+    """A column holding each record's own id; else ids are ``file:line``."""
+    csv_delimiter: str | None = None
+    text_column: str = "text"
+    """Column name for plain-text input (one record per line)."""
+
+
+class OutputSpec(BaseModel):
+    """Where to write and in which form."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str | None = None
+    format: Literal["parquet", "jsonl", "hf"] = "parquet"
+    flag_column: str | None = None
+    """Add a list<string> column of this name with the codes flagged on each kept row."""
+    events: bool = True
+    """Write events.parquet: one row per change, drop and flag."""
+    rows_per_part: int = Field(1_000_000, gt=0)
+
+
+class PipelineSpec(BaseModel):
+    """A whole pipeline. ``stages`` holds validated stage objects."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    name: str = "pipeline"
+    description: str = ""
+    input: InputSpec = InputSpec()
+    output: OutputSpec = OutputSpec()
+    fields: list[str] | None = None
+    """Text fields the text stages work on; default: every string field found."""
+    batch_size: int = Field(4096, gt=0)
+    workers: int | None = Field(None, ge=1)
+    engine: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    stages: list[Any] = []
+    gate: Any = None
+    #: the file it came from (for messages)
+    source: str | None = None
+
+    def config_dict(self) -> dict[str, Any]:
+        """The pipeline as plain data (what is hashed and stored in the report)."""
+        d = self.model_dump(mode="json", exclude={"stages", "gate", "source"})
+        d["stages"] = [{"stage": s.name, **s.describe()} for s in self.stages]
+        g = self.gate
+        d["gate"] = g.model_dump(mode="json") if hasattr(g, "model_dump") else g
+        return d
+
+    def config_hash(self) -> str:
+        d = self.config_dict()
+        # where the data lives does not change what the pipeline does
+        d.pop("input", None)
+        d.pop("output", None)
+        blob = json.dumps(d, sort_keys=True, ensure_ascii=False).encode()
+        return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------
+# line numbers of keys, so errors can say "file:line"
+
+
+def _line_index(text: str) -> dict[tuple[Any, ...], int]:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    out: dict[tuple[Any, ...], int] = {}
+
+    def walk(node: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = k.value
+                out[(*path, key)] = k.start_mark.line + 1
+                walk(v, (*path, key))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                out[(*path, i)] = v.start_mark.line + 1
+                walk(v, (*path, i))
+
+    if root is not None:
+        walk(root, ())
+    return out
+
+
+def _fmt_path(loc: tuple[Any, ...]) -> str:
+    s = ""
+    for p in loc:
+        s += f"[{p}]" if isinstance(p, int) else (f".{p}" if s else str(p))
+    return s or "(top level)"
+
+
+def _where(source: str | None, lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> str:
+    src = source or "<pipeline>"
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in lines:
+            return f"{src}:{lines[loc[:n]]}"
+    return src
+
+
+def _guess(word: str, choices: list[str]) -> str:
+    m = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    return f"did you mean {m[0]!r}? " if m else ""
+
+
+def _model_keys(model: type[BaseModel]) -> list[str]:
+    return sorted(model.model_fields)
+
+
+def _raise_validation(err: ValidationError, model: type[BaseModel], base: tuple[Any, ...],
+                      source: str | None, lines: dict[tuple[Any, ...], int]) -> None:
+    e = err.errors()[0]
+    loc = tuple(e["loc"])
+    full = base + loc
+    where = _where(source, lines, full)
+    key = _fmt_path(full)
+    if e["type"] == "extra_forbidden":
+        sub: Any = model
+        for p in loc[:-1]:
+            f = getattr(sub, "model_fields", {}).get(p)
+            ann = getattr(f, "annotation", None) if f else None
+            sub = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+            if sub is None:
+                break
+        keys = _model_keys(sub) if sub is not None else []
+        raise ConfigError(f"{where}: {key}: unknown key; {_guess(loc[-1], keys)}"
+                          f"valid keys: {', '.join(keys)}") from None
+    msg = e["msg"]
+    ctx = e.get("ctx") or {}
+    if "expected" in ctx:
+        msg = f"{msg}"
+    raise ConfigError(f"{where}: {key}: {msg} (got {e.get('input')!r})") from None
+
+
+def build_stage(entry: Any, index: int, source: str | None = None,
+                lines: dict[tuple[Any, ...], int] | None = None) -> Stage:
+    """A stage object from one ``stages:`` entry (``{stage: NAME, ...params}``)."""
+    from cleanpipe.stages.registry import get_stage_class, stage_classes
+
+    lines = lines or {}
+    loc: tuple[Any, ...] = ("stages", index)
+    if isinstance(entry, str):
+        entry = {"stage": entry}
+    if not isinstance(entry, dict) or "stage" not in entry:
+        raise ConfigError(f"{_where(source, lines, loc)}: {_fmt_path(loc)}: each stage is a"
+                          " mapping with a 'stage:' key, e.g. '- stage: unicode_fix'")
+    params = dict(entry)
+    name = params.pop("stage")
+    cls = get_stage_class(str(name))
+    if cls is None:
+        classes = stage_classes()
+        raise ConfigError(
+            f"{_where(source, lines, (*loc, 'stage'))}: {_fmt_path((*loc, 'stage'))}: unknown"
+            f" stage {name!r}; {_guess(name, list(classes))}valid stages: {', '.join(classes)}"
+        )
+    try:
+        return cls.model_validate(params)
+    except ValidationError as err:
+        _raise_validation(err, cls, loc, source, lines)
+        raise  # pragma: no cover
+
+
+def _gate_model() -> type[BaseModel] | None:
+    try:
+        from cleanpipe.gate import GateConfig
+    except ImportError:
+        return None
+    return GateConfig
+
+
+def spec_from_dict(data: Any, source: str | None = None, text: str | None = None) -> PipelineSpec:
+    lines = _line_index(text) if text else {}
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source or '<pipeline>'}: a pipeline is a mapping (name:, input:,"
+                          " stages:, ...), not a {type(data).__name__}")
+    data = dict(data)
+    raw_stages = data.pop("stages", []) or []
+    raw_gate = data.pop("gate", None)
+    if not isinstance(raw_stages, list):
+        raise ConfigError(f"{_where(source, lines, ('stages',))}: stages: must be a list")
+    try:
+        spec = PipelineSpec.model_validate(data)
+    except ValidationError as err:
+        _raise_validation(err, PipelineSpec, (), source, lines)
+        raise  # pragma: no cover
+    spec.stages = [build_stage(e, i, source, lines) for i, e in enumerate(raw_stages)]
+    gm = _gate_model()
+    if raw_gate is not None and gm is not None:
+        try:
+            spec.gate = gm.model_validate(raw_gate)
+        except ValidationError as err:
+            _raise_validation(err, gm, ("gate",), source, lines)
+        codes: dict[str, list[str]] = {"read": ["parse_error", "decode_error"]}
+        for st in spec.stages:
+            codes.setdefault(st.name, []).extend(st.codes)
+        unknown = spec.gate.unknown_reasons(codes)
+        if unknown:
+            known = sorted({c for cs in codes.values() for c in cs})
+            raise ConfigError(
+                f"{_where(source, lines, ('gate',))}: gate: reason {unknown[0]!r} is not a code"
+                f" of any stage in this pipeline; {_guess(unknown[0].split('/')[-1], known)}"
+                f"codes: {', '.join(known)}")
+    else:
+        spec.gate = raw_gate
+    spec.source = source
+    return spec
+
+
+def load_spec_text(text: str, source: str | None = None) -> PipelineSpec:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source or '<pipeline>'}:{mark.line + 1}" if mark else source or "<pipeline>"
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    return spec_from_dict(data, source, text)
+
+
+def load_spec(path: str | Path) -> PipelineSpec:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such pipeline file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read the pipeline file: {e}") from None
+    return load_spec_text(text, str(p))

@@ -1,0 +1,229 @@
+"""Engine: streaming, conservation, provenance, nested round-trips, outputs, workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from cleanpipe import Pipeline
+from cleanpipe.stages.base import (
+    Action,
+    BatchResult,
+    BatchStage,
+    Findings,
+    GlobalStage,
+    TextResult,
+    TextStage,
+)
+from tests.conftest import realdata
+
+
+class Shout(TextStage):
+    """Upper-cases strings containing "!" (fix), drops strings containing "DROPME"."""
+
+    name = "_test_shout"
+    codes = {"bang": Action.FIX, "dropme": Action.DROP}
+
+    def transform(self, texts: pa.Array) -> TextResult:
+        f = Findings(self.name)
+        bang = pc.fill_null(pc.match_substring(texts, "!"), False)
+        drop = pc.fill_null(pc.match_substring(texts, "DROPME"), False)
+        f.add(bang, "bang", self.action_of("bang"))
+        f.add(drop, "dropme", self.action_of("dropme"))
+        if self.action_of("bang") is not Action.FIX:
+            return TextResult(texts, f)
+        return TextResult(pc.if_else(bang, pc.utf8_upper(texts), texts), f)
+
+
+class OddSeq(GlobalStage):
+    """Drops every row whose text was already seen (keep first): a toy global stage."""
+
+    name = "_test_dedupish"
+    codes = {"dup": Action.DROP}
+
+    def model_post_init(self, __context: object) -> None:
+        self._seen: dict[str, int] = {}
+        self._drop: set[int] = set()
+
+    def prepare(self, batch, ctx):
+        return ctx.texts(ctx.text_fields[0]).values.to_pylist()
+
+    def observe(self, prepared, seq, batch, ctx):
+        for s, t in zip(seq.tolist(), prepared, strict=True):
+            if t in self._seen:
+                self._drop.add(s)
+            else:
+                self._seen[t] = s
+
+    def decide(self, batch, seq, ctx):
+        f = Findings(self.name)
+        mask = np.array([s in self._drop for s in seq.tolist()], dtype=bool)
+        f.add(mask, "dup", self.action_of("dup"), detail="seen before")
+        return BatchResult(None, f)
+
+
+class NeedsLabel(BatchStage):
+    name = "_test_label"
+    codes = {"no_label": Action.FLAG}
+
+    def process(self, batch, ctx):
+        f = Findings(self.name)
+        f.add(pc.is_null(batch.column("label")), "no_label", self.action_of("no_label"))
+        return BatchResult(None, f)
+
+
+def _write_jsonl(path: Path, recs: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    d = tmp_path / "in"
+    d.mkdir()
+    _write_jsonl(d / "a.jsonl", [{"text": "hi!", "label": 1}, {"text": "plain", "label": None},
+                                 {"text": "x DROPME", "label": 2}])
+    (d / "b.jsonl").write_text("")  # an empty shard
+    _write_jsonl(d / "c.jsonl", [{"text": "plain", "label": 3}, {"text": "z\u2028z", "label": 4}])
+    (d / "d.jsonl").write_text('{"text": "ok", "label": 5}\n{not json\n')
+    return d
+
+
+def test_conservation_ids_and_reasons(corpus: Path, tmp_path: Path) -> None:
+    p = Pipeline(stages=[Shout(), NeedsLabel(), OddSeq()], fields=["text"])
+    out = tmp_path / "out"
+    r = p.run(corpus, out)
+    t = r["totals"]
+    assert t["read"] == 7 and t["kept"] + t["quarantined"] == t["read"]
+    kept = pq.read_table(out / "data")
+    assert kept.column("text").to_pylist() == ["HI!", "plain", "z\u2028z", "ok"]
+    q = pq.read_table(out / "quarantine").to_pylist()
+    by_id = {row["_cleanpipe_row_id"]: row for row in q}
+    assert set(by_id) == {"a.jsonl:3", "c.jsonl:1", "d.jsonl:2"}
+    assert by_id["a.jsonl:3"]["_cleanpipe_reasons"] == ["dropme"]
+    assert by_id["a.jsonl:3"]["text"] == "x DROPME"  # unchanged
+    assert by_id["c.jsonl:1"]["_cleanpipe_reasons"] == ["dup"]
+    assert by_id["d.jsonl:2"]["_cleanpipe_reasons"] == ["parse_error"]
+    assert by_id["d.jsonl:2"]["_cleanpipe_raw"] == "{not json"
+    stages = {s["name"]: s for s in r["stages"]}
+    assert stages["_test_shout"]["changed"] == 1
+    assert stages["_test_label"]["flagged"] == 1
+    assert stages["_test_dedupish"]["dropped"] == 1
+    ev = pq.read_table(out / "events.parquet").to_pylist()
+    assert {(e["row_id"], e["code"]) for e in ev} == {
+        ("a.jsonl:1", "bang"), ("a.jsonl:3", "dropme"), ("a.jsonl:2", "no_label"),
+        ("c.jsonl:1", "dup")}
+    assert (out / "_SUCCESS").exists()
+
+
+def test_outputs_reopen_with_datasets(corpus: Path, tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    for fmt in ("parquet", "jsonl", "hf"):
+        p = Pipeline(stages=[Shout()], fields=["text"], output={"format": fmt})
+        out = tmp_path / f"out-{fmt}"
+        p.run(corpus, out)
+        if fmt == "hf":
+            ds = datasets.load_from_disk(str(out / "data"))
+        else:
+            ds = datasets.load_dataset(str(out), split="train")
+        assert ds["text"] == ["HI!", "plain", "plain", "z\u2028z", "ok"]
+        qds = datasets.load_dataset(str(out), "quarantine", split="train") if fmt != "hf" \
+            else None
+        if qds is not None:
+            assert qds["_cleanpipe_row_id"] == ["a.jsonl:3", "d.jsonl:2"]
+
+
+def test_existing_output_needs_overwrite(corpus: Path, tmp_path: Path) -> None:
+    from cleanpipe.io.writers import OutputError
+
+    out = tmp_path / "o"
+    p = Pipeline(stages=[], fields=["text"])
+    p.run(corpus, out)
+    with pytest.raises(OutputError, match="--overwrite"):
+        p.run(corpus, out)
+    p.run(corpus, out, overwrite=True)
+    assert not list(tmp_path.glob(".o.tmp-*"))
+
+
+def test_workers_and_batch_size_do_not_change_output(corpus: Path, tmp_path: Path) -> None:
+    outs = []
+    for workers, bs in ((1, 4096), (2, 1), (2, 2)):
+        p = Pipeline(stages=[Shout(), OddSeq()], fields=["text"], batch_size=bs)
+        out = tmp_path / f"o{workers}{bs}"
+        r = p.run(corpus, out, workers=workers)
+        outs.append(((out / "data" / "train-00000-of-00001.parquet").read_bytes(),
+                     pq.read_table(out / "quarantine").to_pylist(), r["totals"]))
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_generator_form(corpus: Path) -> None:
+    p = Pipeline(stages=[Shout()], fields=["text"])
+    texts = [t for b in p.iter_batches(corpus) for t in b.column("text").to_pylist()]
+    assert texts == ["HI!", "plain", "plain", "z\u2028z", "ok"]
+    assert p.last_state is not None and p.last_state.quarantined == 2
+
+
+def test_nested_round_trip_and_rewrite(tmp_path: Path) -> None:
+    recs = [{"conversations": [{"from": "human", "value": "a!"}, {"from": "gpt", "value": "b"}],
+             "system": None},
+            {"conversations": [], "system": "s"}]
+    src = tmp_path / "chat.json"
+    src.write_text(json.dumps(recs))
+    p = Pipeline(stages=[Shout()], fields=["conversations[*].value"])
+    p.run(src, tmp_path / "o")
+    t = pq.read_table(tmp_path / "o" / "data")
+    assert t.to_pylist() == [
+        {"conversations": [{"from": "human", "value": "A!"}, {"from": "gpt", "value": "b"}],
+         "system": None}, {"conversations": [], "system": "s"}]
+
+
+def test_in_memory_inputs() -> None:
+    pl = pytest.importorskip("polars")
+    datasets = pytest.importorskip("datasets")
+    p = Pipeline(stages=[Shout()], fields=["text"])
+    for src in (pa.table({"text": ["a!", "b"]}), pl.DataFrame({"text": ["a!", "b"]}),
+                datasets.Dataset.from_dict({"text": ["a!", "b"]})):
+        out = [t for b in p.iter_batches(src) for t in b.column("text").to_pylist()]
+        assert out == ["A!", "b"]
+
+
+@pytest.mark.realdata
+def test_t0_all_shards_passthrough(tmp_path: Path) -> None:
+    src = realdata("sft_self_instruct_t0_50k", "data_per_template")
+    p = Pipeline(stages=[], fields=["prompt", "completion"])
+    r = p.run(src, tmp_path / "o")
+    assert r["input"]["files"] == 294
+    assert r["totals"]["read"] == r["totals"]["kept"] == 55185
+    t = pq.read_table(tmp_path / "o" / "data")
+    assert t.num_rows == 55185 and t.schema.names == ["prompt", "completion"]
+
+
+@pytest.mark.realdata
+def test_iflytek_u2028_not_split(tmp_path: Path) -> None:
+    src = realdata("cls_fewclue_tnews_iflytek_eprstmt", "iflytek", "train_few_all.json")
+    raw = src.read_bytes()
+    n_lines = raw.count(b"\n") + (0 if raw.endswith(b"\n") else 1)
+    assert "\u2028".encode() in raw
+    p = Pipeline(stages=[], fields=["sentence"])
+    r = p.run(src, tmp_path / "o")
+    assert r["totals"]["read"] == n_lines == r["totals"]["kept"]
+    texts = pq.read_table(tmp_path / "o" / "data").column("sentence").to_pylist()
+    assert any("\u2028" in t for t in texts)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("name,field", [("alpaca_en_demo.json", "output"),
+                                        ("glaive_toolcall_en_demo.json",
+                                         "conversations[*].value")])
+def test_llamafactory_round_trip_unchanged(tmp_path: Path, name: str, field: str) -> None:
+    src = realdata("sft_llamafactory_demos", name)
+    p = Pipeline(stages=[Shout(actions={"bang": "flag", "dropme": "flag"})], fields=[field])
+    p.run(src, tmp_path / "o")
+    original = json.loads(src.read_text())
+    t = pq.read_table(tmp_path / "o" / "data")
+    assert t.to_pylist() == original
