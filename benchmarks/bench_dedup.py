@@ -142,6 +142,13 @@ def main() -> None:
     run_stage(MinHashDedup(hash="sha1"), table.slice(0, 50))
 
     rows = []
+    # The machine is shared: each cleanpipe and rensa figure is the best of REPEATS runs
+    # (the usual estimator under noise); the datasketch loop, ~100x longer, runs once.
+    repeats = 3
+
+    def best(fn):
+        results = [fn() for _ in range(repeats)]
+        return None if results[0] is None else min(results, key=lambda x: x[0])
 
     def add(name: str, res, note: str = "") -> None:
         if res is None:
@@ -152,31 +159,39 @@ def main() -> None:
     default = MinHashDedup()
     b, r = default.band_rows()
     add(f"cleanpipe minhash_dedup (default: xxh32, {b}x{r} bands, exact verify)",
-        run_stage(default, table), "whole stage, 1 process")
+        best(lambda: run_stage(default.model_copy(deep=True), table)),
+        "whole stage, 1 process")
+    run_stage(default, table)
     rep = default.report_section()
     plain = MinHashDedup(weights=(0.5, 0.5), verify="none")
     pb, pr = plain.band_rows()
-    add(f"cleanpipe minhash_dedup (xxh32, {pb}x{pr} bands, no verify)", run_stage(plain, table),
+    add(f"cleanpipe minhash_dedup (xxh32, {pb}x{pr} bands, no verify)",
+        best(lambda: run_stage(plain.model_copy(deep=True), table)),
         "datasketch's own bands for 0.8")
-    add(f"cleanpipe minhash_dedup (hash: sha1, {b}x{r}, exact verify)",
-        run_stage(MinHashDedup(hash="sha1"), table), "datasketch's default hash")
-    ext = MinHashDedup(external=True)
-    add("cleanpipe minhash_dedup (external: true)", run_stage(ext, table),
+    if "--sha1" in sys.argv:
+        add(f"cleanpipe minhash_dedup (hash: sha1, {b}x{r}, exact verify)",
+            run_stage(MinHashDedup(hash="sha1"), table), "datasketch's default hash")
+    add("cleanpipe minhash_dedup (external: true)",
+        best(lambda: run_stage(MinHashDedup(external=True), table)),
         "band keys spilled to Parquet, polars clustering")
-    add("cleanpipe exact_dedup", run_stage(ExactDedup(), table), "128-bit hashes")
+    add("cleanpipe exact_dedup", best(lambda: run_stage(ExactDedup(), table)), "128-bit hashes")
     ds = run_datasketch(texts)
     add(f"datasketch loop (MinHash.update_batch + MinHashLSH query/insert, {pb}x{pr})", ds,
         "sha1 (its default)")
     add(f"rensa loop (RMinHash.update + RMinHashLSH query/insert, {b} bands)",
-        run_rensa_loop(texts, b))
+        best(lambda: run_rensa_loop(texts, b)))
     add(f"rensa bulk (digest_matrix_from_token_sets + insert_matrix..., {b} bands)",
-        run_rensa_bulk(texts, b), "drop count is an upper bound (flags all bucket members)")
+        best(lambda: run_rensa_bulk(texts, b)),
+        "drop count is an upper bound (flags all bucket members)")
 
     ours = rows[0][1]
     cmd = ".venv/bin/python benchmarks/bench_dedup.py" + (" --quick" if quick else "")
     lines = [f"`{cmd}`", "",
              f"t0 corpus: {n:,} documents, {rep['shingles']:,} word-5-gram shingles; "
-             f"num_perm={NUM_PERM}, threshold={THRESHOLD}; machine: {os.cpu_count()} cores.", "",
+             f"num_perm={NUM_PERM}, threshold={THRESHOLD}; machine: {os.cpu_count()} cores, "
+             f"load average at the end {os.getloadavg()[0]:.1f} (shared machine). cleanpipe and "
+             f"rensa: best of {repeats} runs; datasketch loop: one run. Numba compilation is "
+             "cached on disk and excluded (warm-up on 200 rows).", "",
              "| method | seconds | docs/s | rows dropped | vs datasketch loop | vs cleanpipe "
              "default | note |", "|---|---:|---:|---:|---:|---:|---|"]
     for name, sec, dropped, note in rows:
