@@ -24,7 +24,8 @@ def test_measure_sees_a_process_allocation():
     small = measure([sys.executable, "-c", "pass"])
     big = measure([sys.executable, "-c", ALLOC.format(mb=300)])
     assert small.rc == big.rc == 0
-    assert big.max_single_rss_mb - small.max_single_rss_mb > 250
+    # ru_maxrss of a child also counts the parent's pages it had between fork and exec, so
+    # under a large pytest process it cannot tell these two apart; the tree sampler can.
     assert big.peak_rss_mb - small.peak_rss_mb > 250
 
 
