@@ -56,9 +56,11 @@ class TrainableTokens(SequenceStage):
         if self.tok.unit == "bytes" and self.min_trainable == 1:
             # Byte-level BPE leaves no byte outside a token, so a non-empty answer inside a
             # window it provably fits in keeps at least one supervised token.
-            limit = self.max_length or np.iinfo(np.int64).max
-            bound = self.tok.upper_bound(rendered.texts, int(min(limit, 2**40)), specials)
-            sure = need & (bound <= limit)
+            if self.max_length is None:  # nothing is truncated: no bound needed
+                sure = need.copy()
+            else:
+                bound = self.tok.upper_bound(rendered.texts, self.max_length, specials)
+                sure = need & (bound <= self.max_length)
             trainable[sure] = 1
             need &= ~sure
         rows = np.flatnonzero(need)
