@@ -195,9 +195,10 @@ def shipped_pipeline(name: str) -> Any:
     if src is not None:
         pipe.spec.input.path = here(src) if isinstance(src, str) else [here(s) for s in src]
     for stage in pipe.stages:
-        tok = getattr(stage, "tokenizer", None)
-        if isinstance(tok, str) and tok.startswith("../"):
-            object.__setattr__(stage, "tokenizer", here(tok))
+        for key in ("tokenizer", "labels_file"):
+            value = getattr(stage, key, None)
+            if isinstance(value, str) and value.startswith("../"):
+                setattr(stage, key, here(value))
     return pipe
 
 

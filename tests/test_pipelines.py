@@ -31,7 +31,7 @@ def test_pipeline_validates(name: str, capsys: pytest.CaptureFixture[str]) -> No
 
 def _alpaca(i: int) -> dict:
     return {"instruction": f"Add {i} and {i * 7 + 3}.", "input": "",
-            "output": f"{i} + {i * 7 + 3} = {i * 8 + 3}."}
+            "output": f"{i} + {i * 7 + 3} = {i * 8 + 3}.", "score": 0.5 + i / 100}
 
 
 def _sharegpt(i: int) -> dict:
@@ -46,7 +46,7 @@ def _openai(i: int) -> dict:
 
 def _cls(i: int) -> dict:
     return {"text": f"review number {i}: it was {['fine', 'bad', 'so-so'][i % 3]} ({i * 13})",
-            "label": i % 3}
+            "label": ["positive", "negative", "neutral"][i % 3]}
 
 
 def _text(i: int) -> dict:
