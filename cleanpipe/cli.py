@@ -46,7 +46,11 @@ def _error_code(exc: BaseException) -> int | None:
 def _load(args: argparse.Namespace) -> Any:
     from cleanpipe.pipeline import Pipeline
 
-    return Pipeline.from_yaml(args.pipeline)
+    path = Path(args.pipeline)
+    if path.suffix == ".yaml" and path.resolve().parent == PIPELINES_DIR.resolve():
+        # a shipped pipeline: its relative paths (sample input, tokenizer) are its own
+        return shipped_pipeline(path.stem)
+    return Pipeline.from_yaml(path)
 
 
 def _apply_overrides(pipe: Any, args: argparse.Namespace) -> None:
