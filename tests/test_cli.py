@@ -66,3 +66,11 @@ def test_stages_lists_every_stage(capsys) -> None:
     out = capsys.readouterr().out
     for name in stage_classes():
         assert f"\n{name}  (" in "\n" + out
+
+
+def test_gate_reason_typo_is_a_config_error(tmp_path: Path, capsys) -> None:
+    pipe = _pipe(tmp_path, "name: t\nstages:\n  - stage: exact_dedup\n"
+                           "gate:\n  never: [exact_duplicat]\n")
+    assert main(["validate", str(pipe)]) == 2
+    err = capsys.readouterr().err
+    assert "'exact_duplicat'" in err and "did you mean 'exact_duplicate'" in err
