@@ -46,7 +46,11 @@ def _error_code(exc: BaseException) -> int | None:
 def _load(args: argparse.Namespace) -> Any:
     from cleanpipe.pipeline import Pipeline
 
-    return Pipeline.from_yaml(args.pipeline)
+    path = Path(args.pipeline)
+    if path.suffix == ".yaml" and path.resolve().parent == PIPELINES_DIR.resolve():
+        # a shipped pipeline: its relative paths (sample input, tokenizer) are its own
+        return shipped_pipeline(path.stem)
+    return Pipeline.from_yaml(path)
 
 
 def _apply_overrides(pipe: Any, args: argparse.Namespace) -> None:
@@ -195,9 +199,10 @@ def shipped_pipeline(name: str) -> Any:
     if src is not None:
         pipe.spec.input.path = here(src) if isinstance(src, str) else [here(s) for s in src]
     for stage in pipe.stages:
-        tok = getattr(stage, "tokenizer", None)
-        if isinstance(tok, str) and tok.startswith("../"):
-            object.__setattr__(stage, "tokenizer", here(tok))
+        for key in ("tokenizer", "labels_file"):
+            value = getattr(stage, key, None)
+            if isinstance(value, str) and value.startswith("../"):
+                setattr(stage, key, here(value))
     return pipe
 
 

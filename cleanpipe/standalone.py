@@ -76,7 +76,8 @@ def _batch_from(data: Any) -> tuple[pa.RecordBatch, str]:
             pa.RecordBatch.from_pylist([], schema=data.schema), "table"
     if pl is not None and isinstance(data, pl.DataFrame):
         return _batch_from(data.to_arrow())[0], "polars"
-    if isinstance(data, Mapping):  # datasets.map passes a LazyBatch, a Mapping
+    if isinstance(data, Mapping):
+        # datasets.map(batched=True) passes a LazyBatch (a Mapping, not a dict)
         return pa.RecordBatch.from_pydict(dict(data)), "dict"
     raise TypeError(f"cannot apply a stage to {type(data).__name__}")
 

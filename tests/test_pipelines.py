@@ -31,7 +31,7 @@ def test_pipeline_validates(name: str, capsys: pytest.CaptureFixture[str]) -> No
 
 def _alpaca(i: int) -> dict:
     return {"instruction": f"Add {i} and {i * 7 + 3}.", "input": "",
-            "output": f"{i} + {i * 7 + 3} = {i * 8 + 3}."}
+            "output": f"{i} + {i * 7 + 3} = {i * 8 + 3}.", "score": 0.5 + i / 100}
 
 
 def _sharegpt(i: int) -> dict:
@@ -46,7 +46,7 @@ def _openai(i: int) -> dict:
 
 def _cls(i: int) -> dict:
     return {"text": f"review number {i}: it was {['fine', 'bad', 'so-so'][i % 3]} ({i * 13})",
-            "label": i % 3}
+            "label": ["positive", "negative", "neutral"][i % 3]}
 
 
 def _text(i: int) -> dict:
@@ -87,3 +87,20 @@ def test_shipped_pipeline_resolves_its_paths_from_any_directory(
     # loaded plainly, the same file's relative paths would not resolve from here
     plain = Pipeline.from_yaml(PIPELINES_DIR / "demo.yaml").spec.input.path
     assert not all(Path(p).is_file() for p in plain)
+
+
+def test_readme_standalone_examples() -> None:
+    """The standalone-use examples of docs/README_draft.md, as written there."""
+    import datasets
+    import polars as pl
+
+    from cleanpipe.stages import ControlChars, InvisibleChars
+
+    strip = InvisibleChars()
+    assert strip("zero\u200bwidth") == "zerowidth"
+    assert strip(["a\u200bb", None]) == ["ab", None]
+    out = strip(pl.Series(["x\u00ady"]))
+    assert isinstance(out, pl.Series) and out.to_list() == ["xy"]
+    ds = datasets.Dataset.from_dict({"text": ["a\x00b", "c\r\nd"], "n": [1, 2]})
+    ds = ds.map(ControlChars(), batched=True)
+    assert ds["text"][:] == ["ab", "c\nd"] and ds["n"][:] == [1, 2]

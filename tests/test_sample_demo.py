@@ -149,3 +149,24 @@ def test_only_planted_rows_are_dropped(pipeline: str, file: str, outdir: Path) -
             dropped |= set(q.column("_cleanpipe_row_id").to_pylist())
     assert dropped <= listed, sorted(dropped - listed)
     assert t["quarantined"] == len(dropped)
+
+
+def test_demo_keeps_legitimate_chinese_spacing_and_punctuation(outdir: Path) -> None:
+    """U+3000 and full-width punctuation are legitimate Chinese text: the demo's text stages
+    must leave them in every kept row."""
+    out = outdir / "demo-alpaca_zh.jsonl"
+    caught("demo", "alpaca_zh.jsonl", str(out))
+    kept = pq.read_table(sorted((out / "data").glob("*.parquet"))).column("output").to_pylist()
+    dropped = set()
+    for f in (out / "quarantine").glob("*.parquet"):
+        q = pq.read_table(f)
+        if q.num_rows:
+            dropped |= set(q.column("_cleanpipe_row_id").to_pylist())
+    lines = (SAMPLE_DIR / "alpaca_zh.jsonl").read_text(encoding="utf-8").splitlines()
+    src = [json.loads(x)["output"] for i, x in enumerate(lines, start=1)
+           if f"alpaca_zh.jsonl:{i}" not in dropped]
+    assert len(src) == len(kept)
+    assert sum("\u3000" in t for t in kept) >= 20
+    for ch in ("\u3000", "，", "。", "（", "）", "“", "”"):
+        # repairs may add some (mojibake decodes to "。"); nothing may remove one
+        assert sum(t.count(ch) for t in kept) >= sum(t.count(ch) for t in src), ch

@@ -135,6 +135,8 @@ def main(out: Path = OUT) -> None:
     for r in en:
         r["score"] = round(rng.uniform(0.5, 1.0), 3)
     zh = unique(rng, zh_record, 100)
+    for r in zh:
+        r["score"] = round(rng.uniform(0.5, 1.0), 3)
     chat = [chat_record(rng, i) for i in range(90)]
     share = [r for r in chat if "conversations" in r]  # ShareGPT form
     openai = [r for r in chat if "messages" in r]  # OpenAI form
@@ -213,7 +215,8 @@ def main(out: Path = OUT) -> None:
     zh_plant(13, "no-break spaces in Chinese", "whitespace", "unusual_space")
     zh[17] = {**zh[16]}
     zh_plant(17, "exact duplicate of alpaca_zh.jsonl:17", "exact_dedup", "exact_duplicate")
-    zh[20] = {"instruction": "描述一下灯塔看守人的早晨。", "input": "", "output": NEAR_ZH}
+    zh[20] = {"instruction": "描述一下灯塔看守人的早晨。", "input": "", "output": NEAR_ZH,
+              "score": 0.9}
     zh[21] = {**zh[20], "output": NEAR_ZH.replace("热茶", "咖啡")}
     zh_plant(21, "near duplicate of alpaca_zh.jsonl:21 (Chinese, one edit)", "minhash_dedup",
              "near_duplicate")
