@@ -238,6 +238,16 @@ def spec_from_dict(data: Any, source: str | None = None, text: str | None = None
             spec.gate = gm.model_validate(raw_gate)
         except ValidationError as err:
             _raise_validation(err, gm, ("gate",), source, lines)
+        codes: dict[str, list[str]] = {"read": ["parse_error", "decode_error"]}
+        for st in spec.stages:
+            codes.setdefault(st.name, []).extend(st.codes)
+        unknown = spec.gate.unknown_reasons(codes)
+        if unknown:
+            known = sorted({c for cs in codes.values() for c in cs})
+            raise ConfigError(
+                f"{_where(source, lines, ('gate',))}: gate: reason {unknown[0]!r} is not a code"
+                f" of any stage in this pipeline; {_guess(unknown[0].split('/')[-1], known)}"
+                f"codes: {', '.join(known)}")
     else:
         spec.gate = raw_gate
     spec.source = source

@@ -251,3 +251,17 @@ def test_report_section_has_clusters_and_memory():
     assert top["size"] == 3 and top["representative"] == "r0"
     assert top["members"][0]["jaccard"] >= 0.8 and top["members"][0]["snippet"]
     assert rep["memory"]["index_bytes_per_row"] <= 200
+
+
+def test_contamination_with_reference_path(tmp_path):
+    import json
+
+    path = tmp_path / "eval.jsonl"
+    path.write_text(json.dumps({"text": BASE + " again"}) + "\n" +
+                    json.dumps({"text": "nothing like the training data at all here"}) + "\n",
+                    encoding="utf-8")
+    stage = MinHashDedup(reference=[str(path)])
+    out = run_global(stage, _fixture_table(), ["text"])
+    assert 0 in out["contaminated_near"]
+    assert out["contaminated_near"][0].startswith("near-duplicate of eval.jsonl row 0")
+    assert stage.report_section()["contamination"]["rows"] == len(out["contaminated_near"])

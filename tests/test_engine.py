@@ -227,3 +227,19 @@ def test_llamafactory_round_trip_unchanged(tmp_path: Path, name: str, field: str
     original = json.loads(src.read_text())
     t = pq.read_table(tmp_path / "o" / "data")
     assert t.to_pylist() == original
+
+
+@pytest.mark.realdata
+def test_real_outputs_reopen_with_datasets(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    src = realdata("sft_llamafactory_demos", "alpaca_zh_demo.json")
+    original = json.loads(src.read_text())
+    for fmt in ("parquet", "jsonl", "hf"):
+        p = Pipeline(stages=[], fields=["instruction", "input", "output"],
+                     output={"format": fmt})
+        out = tmp_path / fmt
+        r = p.run(src, out)
+        assert r["totals"]["kept"] == len(original)
+        ds = (datasets.load_from_disk(str(out / "data")) if fmt == "hf"
+              else datasets.load_dataset(str(out), split="train"))
+        assert ds.to_list() == original

@@ -133,3 +133,28 @@ def test_small_fixture_run_with_invisible_characters(tmp_path) -> None:
     assert report["verdict"]["exit_code"] == 1  # zero_width hit 2 rows > 1
     page = (tmp_path / "report.html").read_text("utf-8")
     assert "hi⟨U+200B⟩ there" in page and "U+200B ZERO WIDTH SPACE" in page
+
+
+def test_dedup_stage_report_validates_and_renders_its_clusters(tmp_path) -> None:
+    pytest.importorskip("cleanpipe.stages.exact_dedup", reason="exact_dedup not merged yet")
+    texts = ["same text"] * 3 + ["other"] * 2 + [f"unique {i}" for i in range(5)]
+    pipe = Pipeline(stages=[{"stage": "exact_dedup"}], fields=["text"])
+    pipe.spec.gate = GateConfig(max_reason_count={"exact_duplicate": 2})
+    report = pipe.run(pa.table({"text": texts}), None, workers=1, report_dir=tmp_path)
+    validate(report)
+    (dd,) = report["stages"]
+    assert dd["dropped"] == 3 and report["totals"]["kept"] == 7
+    assert report["verdict"]["exit_code"] == 1  # 3 duplicates > 2
+    page = (tmp_path / "report.html").read_text("utf-8")
+    assert "<h3>exact_dedup</h3>" in page
+    # {size: count} maps become bar charts, lists of clusters tables
+    checked = 0
+    for key, value in dd["section"].items():
+        if isinstance(value, dict) and value and all(
+                isinstance(v, (int, float)) for v in value.values()):
+            assert f'aria-label="exact_dedup: {key}"' in page
+            checked += 1
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            assert f"<h4>exact_dedup: {key}</h4>" in page
+            checked += 1
+    assert checked >= 2, dd["section"]

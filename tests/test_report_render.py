@@ -129,8 +129,8 @@ def _parse(page: str) -> _Collect:
     return p
 
 
-ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "div", "p",
-                "section", "table", "thead", "tbody", "tr", "th", "td", "span", "code", "pre",
+ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "div",
+                "p", "section", "table", "thead", "tbody", "tr", "th", "td", "span", "code", "pre",
                 "details", "summary", "figure", "figcaption", "svg", "rect", "text", "line"}
 
 

@@ -35,7 +35,12 @@ def unique_pairs(left: np.ndarray, right: np.ndarray, n: int) -> tuple[np.ndarra
     """Pairs deduplicated and sorted (each pair is found once per band it shares)."""
     if left.size == 0:
         return left.astype(np.int64), right.astype(np.int64)
-    code = np.unique(left.astype(np.int64) * np.int64(max(n, 1)) + right.astype(np.int64))
+    code = left.astype(np.int64) * np.int64(max(n, 1)) + right.astype(np.int64)
+    # Sort-based unique: numpy's hash-based np.unique is slower on millions of int64.
+    code.sort()
+    keep = np.ones(code.size, dtype=bool)
+    keep[1:] = code[1:] != code[:-1]
+    code = code[keep]
     return code // max(n, 1), code % max(n, 1)
 
 

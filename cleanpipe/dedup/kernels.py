@@ -350,3 +350,79 @@ def union_find(n: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     for x in range(n):
         parent[x] = _find(parent, x)
     return parent
+
+
+@njit(cache=True, inline="always")
+def _space_len(data: np.ndarray, i: int, end: int) -> int:
+    """Byte length of the whitespace character at ``i`` (0 if it is not one).
+
+    ASCII whitespace, NEL, NBSP, U+1680, U+2000–U+200A, U+2028/9, U+202F, U+205F, U+3000:
+    the characters of Unicode's White_Space property.
+    """
+    c = data[i]
+    if c == 32 or (9 <= c <= 13):
+        return 1
+    if c == 0xC2 and i + 1 < end and (data[i + 1] == 0x85 or data[i + 1] == 0xA0):
+        return 2
+    if i + 2 < end:
+        c1, c2 = data[i + 1], data[i + 2]
+        if c == 0xE1 and c1 == 0x9A and c2 == 0x80:
+            return 3
+        if c == 0xE2 and c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF):
+            return 3
+        if c == 0xE2 and c1 == 0x81 and c2 == 0x9F:
+            return 3
+        if c == 0xE3 and c1 == 0x80 and c2 == 0x80:
+            return 3
+    return 0
+
+
+@njit(cache=True)
+def collapse_whitespace(data: np.ndarray, offsets: np.ndarray,
+                        sep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each string with whitespace runs made one space and trimmed; the byte ``sep`` (a field
+    separator) is kept and trims the spaces around it too. Returns new bytes and offsets."""
+    n = offsets.size - 1
+    out = np.empty(data.size, dtype=np.uint8)
+    new_off = np.zeros(n + 1, dtype=np.int64)
+    w = 0
+    for d in range(n):
+        i, end = offsets[d], offsets[d + 1]
+        pending = False
+        at_start = True
+        while i < end:
+            c = data[i]
+            if 32 < c < 0x80 and c != sep:
+                # Printable ASCII, the common case: no whitespace test needed.
+                if pending and not at_start:
+                    out[w] = 32
+                    w += 1
+                pending = False
+                at_start = False
+                out[w] = c
+                w += 1
+                i += 1
+                continue
+            k = _space_len(data, i, end)
+            if k > 0:
+                pending = True
+                i += k
+                continue
+            c = data[i]
+            if c == sep:
+                out[w] = c
+                w += 1
+                pending = False
+                at_start = True
+                i += 1
+                continue
+            if pending and not at_start:
+                out[w] = 32
+                w += 1
+            pending = False
+            at_start = False
+            out[w] = c
+            w += 1
+            i += 1
+        new_off[d + 1] = w
+    return out[:w].copy(), new_off

@@ -31,8 +31,12 @@ def permutations(num_perm: int, seed: int, scheme: Scheme) -> tuple[np.ndarray, 
     return np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64)
 
 
+@cache
 def lsh_params(threshold: float, num_perm: int, weights: tuple[float, float]) -> tuple[int, int]:
-    """Bands and rows the way ``datasketch.MinHashLSH`` picks them for ``threshold``."""
+    """Bands and rows the way ``datasketch.MinHashLSH`` picks them for ``threshold``.
+
+    Cached: datasketch integrates numerically for every split (~60 ms a call).
+    """
     try:
         from datasketch.lsh import _optimal_param
     except ImportError:  # pragma: no cover - datasketch is a dependency

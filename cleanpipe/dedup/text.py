@@ -63,19 +63,27 @@ def normalize(texts: pa.Array, *, lowercase: bool = True, unicode_form: UnicodeF
               strip_punctuation: bool = False, collapse_whitespace: bool = True) -> pa.Array:
     """The comparison form of each document (never written back to the data)."""
     out = _as_large(pc.fill_null(texts, ""))
+    if isinstance(out, pa.ChunkedArray):
+        out = out.combine_chunks()
     if unicode_form != "none":
-        out = pc.utf8_normalize(out, unicode_form)
+        # ASCII is invariant under every normal form: normalise only the other rows.
+        mask = pc.invert(pc.string_is_ascii(out))
+        if pc.any(mask).as_py():
+            fixed = pc.utf8_normalize(out.filter(mask), unicode_form)
+            out = pc.replace_with_mask(out, mask, fixed)
     if lowercase:
         out = pc.utf8_lower(out)
     if strip_punctuation:
         out = pc.replace_substring_regex(out, r"[\p{P}\p{S}]+", " ")
     if collapse_whitespace:
-        # \p{Z} catches NBSP and the ideographic space U+3000. FIELD_SEP is neither, so
-        # field boundaries survive for exact hashing.
-        out = pc.replace_substring_regex(out, r"[\s\p{Z}]+", " ")
-        # Each field is trimmed, too: leading/trailing space of a field is not content.
-        out = pc.replace_substring_regex(out, " ?\x1f ?", FIELD_SEP)
-        out = pc.utf8_trim(out, " ")
+        # Compiled: RE2's [\s\p{Z}]+ replace is ~20x slower on the t0 corpus. FIELD_SEP is
+        # kept, so field boundaries survive for exact hashing.
+        from cleanpipe.dedup.kernels import collapse_whitespace as collapse
+
+        data, offsets = buffers(out)
+        new_data, new_off = collapse(data, offsets, ord(FIELD_SEP))
+        out = pa.LargeStringArray.from_buffers(len(out), pa.py_buffer(new_off),
+                                               pa.py_buffer(new_data))
     return out
 
 

@@ -101,8 +101,24 @@ def _snippet(v: Any, limit: int = 300) -> str | None:
     return s if len(s) <= limit else s[:limit] + "…"
 
 
+def _row_text(batch: pa.RecordBatch, pos: int, fields: list[str]) -> str | None:
+    """The text of one row (its fields joined), for examples whose stage gave no snippet."""
+    one = batch.slice(pos, 1)
+    parts = []
+    for f in fields:
+        if not _present(one, f):
+            continue
+        try:
+            values, _ = flatten_field(one, f)
+        except FieldError:
+            continue
+        parts.extend(v for v in values.to_pylist() if v)
+    return _snippet(" | ".join(parts)) if parts else None
+
+
 def summarize(stage: Stage, findings: Findings, rows: Rows, n_in: int,
-              n_out: int, seconds: float, metrics: dict[str, Any]) -> StageBatchStats:
+              n_out: int, seconds: float, metrics: dict[str, Any],
+              text_fields: list[str] | None = None) -> StageBatchStats:
     """Counters, bounded examples and the event table of one stage over one batch."""
     st = StageBatchStats(rows_in=n_in, rows_out=n_out, metrics=metrics, seconds=seconds)
     st.changed = int(findings.positions(Action.FIX).size)
@@ -130,7 +146,9 @@ def summarize(stage: Stage, findings: Findings, rows: Rows, n_in: int,
                 "stage": stage.name, "code": c.code, "action": c.action.value,
                 "row_id": ids[p].as_py(), "field": c.field,
                 "detail": _snippet(c.detail[j]) if c.detail is not None else None,
-                "before": _snippet(c.before[j]) if c.before is not None else None,
+                "before": (_snippet(c.before[j]) if c.before is not None else
+                           _row_text(rows.orig, p, [c.field] if c.field else
+                                     list(text_fields or []))),
                 "after": _snippet(c.after[j]) if c.after is not None else None,
             })
             per_code_examples[c.code] = have + j + 1
@@ -206,7 +224,8 @@ def run_text_stage(stage: TextStage, data: pa.RecordBatch, text_fields: list[str
         if not _present(data, f):
             raise FieldError(
                 f"{shard}: text field {f!r} is not in this file; columns: "
-                f"{', '.join(data.schema.names)}"
+                f"{', '.join(data.schema.names)}; name the text fields every file has with"
+                " fields: (or --fields), or clean such files in a separate run"
             )
         values, positions = flatten_field(data, f)
         res = stage.transform(values)
@@ -236,7 +255,7 @@ def apply_stage(stage: Stage, rows: Rows, text_fields: list[str],
     rows = dataclasses.replace(rows, data=data)
     kept, q = apply_findings(stage, rows, findings, flag_codes)
     stats = summarize(stage, findings, rows, n_in, kept.num_rows,
-                      time.perf_counter() - t0, metrics)
+                      time.perf_counter() - t0, metrics, text_fields)
     return kept, q, stats
 
 
@@ -253,7 +272,7 @@ def apply_decide(stage: GlobalStage, rows: Rows, text_fields: list[str],
     rows = dataclasses.replace(rows, data=data)
     kept, q = apply_findings(stage, rows, res.findings, flag_codes)
     stats = summarize(stage, res.findings, rows, n_in, kept.num_rows,
-                      time.perf_counter() - t0, res.metrics)
+                      time.perf_counter() - t0, res.metrics, text_fields)
     return kept, q, stats
 
 

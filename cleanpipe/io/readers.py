@@ -19,6 +19,7 @@ import codecs
 import gzip
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
@@ -87,45 +89,107 @@ def _open_bytes(shard: Shard) -> bytes:
     return raw
 
 
-def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions) -> tuple[bytes, list[int]]:
-    """UTF-8 bytes of ``data`` and the byte offsets of any invalid sequences.
+#: deeper records cannot go through Arrow, Parquet and the field walkers safely; real
+#: fine-tuning records are a few levels deep (conversations[*].content is 3)
+MAX_NESTING = 64
+#: more invalid bytes than this share of a file means it is not UTF-8 with a few bad
+#: sequences but another encoding altogether: say so instead of replacing half the text
+NOT_UTF8_SHARE = 0.005
+NOT_UTF8_MIN = 64
+_GUESS_ENCODINGS = ("gb18030", "big5", "shift_jis", "euc-kr", "cp1252")
 
-    A UTF-8 BOM is removed. Other encodings (``input.encoding``) are transcoded first.
-    """
-    enc = opts.encoding.lower().replace("_", "-")
-    if data.startswith(codecs.BOM_UTF8):
-        data = data[3:]
-    if enc not in ("utf-8", "utf8"):
+
+def _bad_utf8_bytes(data: bytes) -> np.ndarray:
+    """Offset of every byte that is part of an invalid UTF-8 sequence (ascending)."""
+    ranges: list[tuple[int, int]] = []
+
+    def collect(err: UnicodeError) -> tuple[str, int]:
+        assert isinstance(err, UnicodeDecodeError)
+        ranges.append((err.start, err.end))
+        return "", err.end
+
+    # one C-speed pass; the handler is only called at the bad sequences
+    codecs.register_error("cleanpipe-collect", collect)
+    data.decode("utf-8", errors="cleanpipe-collect")
+    if not ranges:
+        return np.zeros(0, np.int64)
+    return np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in ranges])
+
+
+def _line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _guess_encoding(data: bytes) -> str | None:
+    sample = data[: 1 << 20]
+    for enc in _GUESS_ENCODINGS:
         try:
-            return data.decode(opts.encoding).encode("utf-8"), []
-        except (UnicodeDecodeError, LookupError) as e:
-            raise InputError(f"{shard.path}: cannot decode as {opts.encoding}: {e}") from e
-    try:
-        data.decode("utf-8")
-        return data, []
-    except UnicodeDecodeError as e:
-        first = e.start
-    bad_offsets = _invalid_utf8_offsets(data, first)
-    if opts.on_decode_error == "fail":
-        line = data.count(b"\n", 0, first) + 1
-        raise InputError(
-            f"{shard.path}:{line}: invalid UTF-8 at byte offset {first}; if the file is in"
-            " another encoding set input.encoding (e.g. gb18030, utf-16), or set"
-            " input.on_decode_error to replace or quarantine"
-        )
-    return data, bad_offsets
-
-
-def _invalid_utf8_offsets(data: bytes, first: int) -> list[int]:
-    out = []
-    pos = first
-    while True:
-        try:
-            data[pos:].decode("utf-8")
-            return out
+            sample.decode(enc)
         except UnicodeDecodeError as e:
-            out.append(pos + e.start)
-            pos = pos + e.end
+            if e.start < len(sample) - 4:  # a cut multi-byte character at the end is fine
+                continue
+        return enc
+    return None
+
+
+def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions) -> tuple[bytes, np.ndarray]:
+    """UTF-8 bytes of ``data`` and the offset of every byte of an invalid sequence.
+
+    A BOM is removed (UTF-8; UTF-16/32 BOMs also select that encoding). Other encodings
+    (``input.encoding``) are transcoded first; ``on_decode_error: fail`` names the line and
+    byte offset of the first bad sequence, in the file as it is on disk.
+    """
+    enc = codecs.lookup(opts.encoding).name if _known(opts.encoding) else None
+    if enc is None:
+        raise InputError(f"{shard.path}: unknown encoding {opts.encoding!r} (input.encoding);"
+                         " use a Python codec name such as utf-8, gb18030, gbk, utf-16")
+    if enc == "utf-8" and data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        enc = "utf-32"
+    elif enc == "utf-8" and data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        enc = "utf-16"
+    if enc == "utf-8":
+        if data.startswith(codecs.BOM_UTF8):
+            data = data[3:]
+        bad = _bad_utf8_bytes(data)
+        if bad.size == 0:
+            return data, bad
+        first = int(bad[0])
+        where = f"{shard.path}:{_line_of(data, first)}"
+        if bad.size > max(NOT_UTF8_MIN, NOT_UTF8_SHARE * len(data)):
+            guess = _guess_encoding(data)
+            hint = f"it looks like {guess}: set input.encoding: {guess}" if guess else (
+                "set input.encoding to the file's encoding (e.g. gb18030, gbk, utf-16)")
+            raise InputError(f"{where}: not UTF-8 ({bad.size:,} invalid bytes, the first at"
+                             f" byte offset {first}); {hint}")
+        if opts.on_decode_error == "fail":
+            raise InputError(
+                f"{where}: invalid UTF-8 at byte offset {first}; if the file is in another"
+                " encoding set input.encoding (e.g. gb18030, utf-16), or set"
+                " input.on_decode_error to replace or quarantine")
+        return data, bad
+    try:
+        text = data.decode(enc)
+    except UnicodeDecodeError as e:
+        if opts.on_decode_error == "fail":
+            raise InputError(f"{shard.path}:{_line_of(data, e.start)}: not valid {enc} at byte"
+                             f" offset {e.start}; check input.encoding, or set"
+                             " input.on_decode_error to replace or quarantine") from None
+        # the bad bytes become U+FFFD here; with quarantine they are marked as lone
+        # surrogates, which the UTF-8 encoding below turns back into invalid bytes
+        errors = "replace" if opts.on_decode_error == "replace" else "surrogateescape"
+        text = data.decode(enc, errors=errors)
+    text = text.removeprefix("\ufeff")
+    out = text.encode("utf-8", errors="surrogateescape")
+    return out, _bad_utf8_bytes(out) if opts.on_decode_error == "quarantine" else np.zeros(
+        0, np.int64)
+
+
+def _known(encoding: str) -> bool:
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        return False
+    return True
 
 
 def _line_numbers(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -139,6 +203,15 @@ def _line_numbers(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     nonblank = content[ends] - content[starts] > 0
     numbers = np.flatnonzero(nonblank) + 1
     return starts[nonblank], ends[nonblank], numbers
+
+
+def _first_bad_in(bad: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each [start, end) span, the first bad byte offset inside it, or -1."""
+    if bad.size == 0:
+        return np.full(starts.size, -1, np.int64)
+    i = np.searchsorted(bad, starts, side="left")
+    cand = bad[np.minimum(i, bad.size - 1)]
+    return np.where((i < bad.size) & (cand < ends), cand, -1)
 
 
 def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRecord],
@@ -178,15 +251,26 @@ def _fast_json(data: bytes) -> pa.Table | None:
         return None
 
 
+def _decode_bad(shard: Shard, line: bytes, num: int, off: int) -> BadRecord:
+    return BadRecord(shard.name, num, "decode_error",
+                     f"invalid UTF-8 at line {num}, byte offset {off}",
+                     line.decode("utf-8", errors="replace"), off)
+
+
 def _read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     raw = _open_bytes(shard)
-    data, bad_offsets = _decode_to_utf8(shard, raw, opts)
+    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts)
+
+
+def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
+                  opts: ReadOptions) -> Iterator[Chunk]:
     bad: list[BadRecord] = []
     if not data.strip():
         yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, bad, opts.batch_size,
                             len(raw))
         return
-    if not bad_offsets:
+    if not bad_bytes.size:
         table = _fast_json(data)
         if table is not None:
             n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
@@ -195,60 +279,186 @@ def _read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                 numbers = np.arange(1, n_lines + 1, dtype=np.int64)
             else:
                 numbers = _line_numbers(data)[2]
-            if table.num_rows == len(numbers):
+            if table.num_rows == len(numbers) and _type_depth(table.schema) <= MAX_NESTING:
                 yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
                 return
     starts, ends, numbers = _line_numbers(data)
+    first_bad = _first_bad_in(bad_bytes, starts, ends)
     # Slow path, only for files with a broken line, invalid UTF-8 or types pyarrow cannot
     # infer in one go: parse line by line so one bad line costs one record, not the file.
     records: list[Any] = []
+    raws: list[str] = []
     good: list[int] = []
-    bad_set = np.asarray(bad_offsets, dtype=np.int64)
-    for s, e, num in zip(starts.tolist(), ends.tolist(), numbers.tolist(), strict=True):
+    decoder = json.JSONDecoder()
+    for s, e, num, off in zip(starts.tolist(), ends.tolist(), numbers.tolist(),
+                              first_bad.tolist(), strict=True):
         line = data[s:e]
-        has_bad = bad_set.size and np.any((bad_set >= s) & (bad_set < e))
-        if has_bad:
-            off = int(bad_set[(bad_set >= s) & (bad_set < e)][0])
-            text = line.decode("utf-8", errors="replace")
+        if off >= 0:
             if opts.on_decode_error == "quarantine":
-                bad.append(BadRecord(shard.name, num, "decode_error",
-                                     f"invalid UTF-8 at byte offset {off}", text, off))
+                bad.append(_decode_bad(shard, line, num, off))
                 continue
+            text = line.decode("utf-8", errors="replace")
         else:
             text = line.decode("utf-8")
         try:
-            rec = json.loads(text)
+            rec = decoder.decode(text)
         except json.JSONDecodeError as err:
             if opts.on_parse_error == "fail":
                 raise InputError(f"{shard.path}:{num}: not valid JSON: {err.msg} (column"
                                  f" {err.colno}); set input.on_parse_error: quarantine to"
                                  " keep going") from err
             bad.append(BadRecord(shard.name, num, "parse_error",
-                                 f"not valid JSON: {err.msg} (column {err.colno})", text, s))
+                                 f"not valid JSON: {err.msg} (line {num}, column {err.colno})",
+                                 text, s))
+            continue
+        except RecursionError:
+            if opts.on_parse_error == "fail":
+                raise InputError(f"{shard.path}:{num}: JSON nested too deeply to read; set"
+                                 " input.on_parse_error: quarantine to keep going") from None
+            bad.append(BadRecord(shard.name, num, "parse_error",
+                                 f"JSON nested too deeply to read (line {num})", text, s))
             continue
         if not isinstance(rec, dict):
             bad.append(BadRecord(shard.name, num, "parse_error",
-                                 f"a JSON {type(rec).__name__} where an object was expected",
-                                 text, s))
+                                 f"a JSON {_json_kind(rec)} where an object was expected"
+                                 f" (line {num})", text, s))
             continue
         records.append(rec)
+        raws.append(text)
         good.append(num)
-    table = _table_from_records(shard, records, good)
+    table, records_bad = _table_from_records(shard, records, good, opts, raws)
+    bad = sorted(bad + records_bad, key=lambda b: b.line)
     yield from _batches(table, np.asarray(good, dtype=np.int64), shard, bad, opts.batch_size,
                         len(raw))
 
 
-def _table_from_records(shard: Shard, records: list[Any], numbers: list[int]) -> pa.Table:
+def _json_kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return "null"
+
+
+def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
+                        opts: ReadOptions, raws: list[str] | None = None
+                        ) -> tuple[pa.Table, list[BadRecord]]:
+    """A table of ``records``; a record whose field has another JSON type than that field
+    has in most records (a number where text is expected) becomes a ``type_mismatch`` bad
+    record, so one odd record costs that record, not the file. ``numbers`` is updated in
+    place to the records kept."""
+    texts: list[str | None] = list(raws) if raws is not None else [None] * len(records)
+    records, too_deep = _drop_too_deep(shard, records, numbers, texts)
     try:
-        return pa.Table.from_pylist(records)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        # name the column and the first record whose type disagrees
-        col, line = _first_type_conflict(records, numbers)
+        return _from_pylist(records), too_deep
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        pass
+    kinds: dict[str, dict[str, int]] = {}
+    for rec in records:
+        for k, v in rec.items():
+            if v is not None:
+                c = kinds.setdefault(k, {})
+                kv = _json_kind(v)
+                c[kv] = c.get(kv, 0) + 1
+    # ties go to the kind seen first, so the choice does not depend on dict ordering
+    major = {k: max(c, key=lambda kind: c[kind]) for k, c in kinds.items() if len(c) > 1}
+    bad: list[BadRecord] = []
+    keep_recs, keep_nums = [], []
+    for rec, num, raw in zip(records, numbers, texts, strict=True):
+        wrong = [(k, _json_kind(v)) for k, v in rec.items()
+                 if k in major and v is not None and _json_kind(v) != major[k]]
+        if wrong:
+            k, kind = wrong[0]
+            if opts.on_parse_error == "fail":
+                raise InputError(f"{shard.path}:{num}: field {k!r} is a {kind} here but a"
+                                 f" {major[k]} in most records; make it one type or set"
+                                 " input.on_parse_error: quarantine")
+            bad.append(BadRecord(shard.name, num, "type_mismatch",
+                                 f"field {k!r} is a JSON {kind} here but a {major[k]} in most"
+                                 f" records (record {num})",
+                                 raw if raw is not None else _dumps(rec)))
+            continue
+        keep_recs.append(rec)
+        keep_nums.append(num)
+    try:
+        table = _from_pylist(keep_recs)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        col, line = _first_type_conflict(keep_recs, keep_nums)
         where = f"{shard.path}:{line}" if line else str(shard.path)
         raise InputError(
-            f"{where}: column {col!r} mixes types ({e}); make the column one type or read it"
-            " as a string"
-        ) from e
+            f"{where}: column {col!r} mixes types inside its values ({e}); make the column"
+            " one type or read it as a string") from e
+    numbers[:] = keep_nums
+    return table, bad + too_deep
+
+
+def _type_depth(schema: pa.Schema | pa.DataType) -> int:
+    """How many levels of struct/list nesting a schema has (iteratively: no recursion)."""
+    stack = [(f.type, 1) for f in schema] if isinstance(schema, pa.Schema) else [(schema, 1)]
+    depth = 0
+    while stack:
+        t, d = stack.pop()
+        depth = max(depth, d)
+        if pa.types.is_struct(t):
+            stack.extend((t.field(i).type, d + 1) for i in range(t.num_fields))
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            stack.append((t.value_type, d + 1))
+        elif pa.types.is_map(t):
+            stack.extend(((t.key_type, d + 1), (t.item_type, d + 1)))
+    return depth
+
+
+def _value_depth(v: Any) -> int:
+    depth = 0
+    stack = [(v, 0)]
+    while stack:
+        x, d = stack.pop()
+        depth = max(depth, d)
+        if isinstance(x, dict):
+            stack.extend((y, d + 1) for y in x.values())
+        elif isinstance(x, list):
+            stack.extend((y, d + 1) for y in x)
+    return depth
+
+
+def _drop_too_deep(shard: Shard, records: list[Any], numbers: list[int],
+                   raws: list[str | None]) -> tuple[list[Any], list[BadRecord]]:
+    """Records nested deeper than :data:`MAX_NESTING` become bad records (``numbers`` and
+    ``raws`` are updated in place). Records are only walked when one holds a nested value at all."""
+    if not any(isinstance(v, (dict, list)) for r in records for v in r.values()):
+        return records, []
+    keep, nums, texts, bad = [], [], [], []
+    for rec, num, raw in zip(records, numbers, raws, strict=True):
+        d = _value_depth(rec)
+        if d > MAX_NESTING:
+            bad.append(BadRecord(shard.name, num, "too_deep",
+                                 f"record {num} is nested {d} levels deep; at most"
+                                 f" {MAX_NESTING} levels can be stored: flatten it",
+                                 raw if raw is not None else _dumps(rec)))
+            continue
+        keep.append(rec)
+        nums.append(num)
+        texts.append(raw)
+    numbers[:] = nums
+    raws[:] = texts
+    return keep, bad
+
+
+def _dumps(rec: Any) -> str | None:
+    try:
+        return json.dumps(rec, ensure_ascii=False)[:100_000]
+    except RecursionError:  # deeper than json can write: the row id still says where it was
+        return None
+
+
+def _from_pylist(records: list[Any]) -> pa.Table:
+    return pa.Table.from_pylist(records) if records else pa.table({})
 
 
 def _first_type_conflict(records: list[Any], numbers: list[int]) -> tuple[str, int | None]:
@@ -266,69 +476,159 @@ def _first_type_conflict(records: list[Any], numbers: list[int]) -> tuple[str, i
     return "?", None
 
 
+_SURROGATE = re.compile("[\udc80-\udcff]")
+
+
 def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    """A JSON array of objects, one object (``{"split": [records]}`` is unwrapped, as
+    datasets' ``field=`` would), or JSON lines in a ``.json`` file."""
     raw = _open_bytes(shard)
-    data, _ = _decode_to_utf8(shard, raw, opts)
-    text = data.decode("utf-8", errors="replace")
+    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    # invalid bytes survive decoding as lone surrogates, so the records holding them
+    # can be found after parsing (quarantine) or they become U+FFFD (replace)
+    text = data.decode("utf-8", errors="surrogateescape" if bad_bytes.size else "strict")
     stripped = text.lstrip()
     if not stripped:
         yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, [], opts.batch_size,
                             len(raw))
         return
-    if not stripped.startswith("["):
-        # a .json file that holds JSON lines
-        yield from _read_jsonl(Shard(shard.path, shard.name, "jsonl", shard.compression,
-                                     shard.size), opts)
-        return
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
+        if stripped.startswith("{") and (err.msg == "Extra data" or "\n" in stripped.strip()):
+            # a .json file that holds JSON lines: one bad line costs one record
+            yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts)
+            return
         raise InputError(f"{shard.path}:{err.lineno}: not valid JSON: {err.msg} (column"
-                         f" {err.colno})") from err
-    bad = []
+                         f" {err.colno}); fix the file, or write it as JSON lines so that a"
+                         " bad record costs only that record") from None
+    except RecursionError:
+        raise InputError(f"{shard.path}: JSON nested too deeply to read") from None
+    if isinstance(obj, dict):
+        lists = [v for v in obj.values() if isinstance(v, list)]
+        obj = lists[0] if len(obj) == 1 and len(lists) == 1 else [obj]
+    if not isinstance(obj, list):
+        raise InputError(f"{shard.path}: holds a JSON {_json_kind(obj)}; expected an array of"
+                         " objects, an object, or JSON lines")
+    bad: list[BadRecord] = []
     records, numbers = [], []
+    surrogates = _SURROGATE if bad_bytes.size else None
+    bad_i = 0
     for i, rec in enumerate(obj, start=1):
+        if surrogates is not None:
+            dumped = json.dumps(rec, ensure_ascii=False)
+            n_bad = len(surrogates.findall(dumped))
+            if n_bad:
+                # records are in file order, so the k-th bad byte belongs to the record
+                # holding the k-th surrogate
+                off = int(bad_bytes[min(bad_i, bad_bytes.size - 1)])
+                bad_i += n_bad
+                if opts.on_decode_error == "quarantine":
+                    line = _line_of(data, off)
+                    bad.append(BadRecord(
+                        shard.name, i, "decode_error",
+                        f"invalid UTF-8 at line {line}, byte offset {off} (record {i})",
+                        _fffd(dumped)[:100_000], off))
+                    continue
+                rec = json.loads(_fffd(dumped))
         if isinstance(rec, dict):
             records.append(rec)
             numbers.append(i)
         else:
             bad.append(BadRecord(shard.name, i, "parse_error",
-                                 f"record {i} is a JSON {type(rec).__name__}, not an object",
-                                 json.dumps(rec, ensure_ascii=False)[:10000]))
-    table = _table_from_records(shard, records, numbers)
+                                 f"record {i} is a JSON {_json_kind(rec)}, not an object",
+                                 json.dumps(rec, ensure_ascii=False)[:100_000]))
+    table, records_bad = _table_from_records(shard, records, numbers, opts)
+    bad = sorted(bad + records_bad, key=lambda b: b.line)
     yield from _batches(table, np.asarray(numbers, np.int64), shard, bad, opts.batch_size,
                         len(raw))
 
 
+def _fffd(s: str) -> str:
+    return _SURROGATE.sub("\ufffd", s)
+
+
 def _read_csv(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     raw = _open_bytes(shard)
-    data, _ = _decode_to_utf8(shard, raw, opts)
+    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
     delim = opts.csv_delimiter or ("\t" if shard.format == "tsv" else ",")
     if not data.strip():
         yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, [], opts.batch_size,
                             len(raw))
         return
+    if bad_bytes.size:
+        # CSV records may span lines, so bad bytes cannot be tied to a record before
+        # parsing: replace them, and with quarantine mark them for the check below
+        text = data.decode("utf-8", errors="replace")
+        if opts.on_decode_error == "quarantine":
+            text = text.replace("\ufffd", _CSV_MARK)
+        data = text.encode("utf-8", errors="surrogatepass")
     try:
         table = pcsv.read_csv(
             io.BytesIO(data),
             parse_options=pcsv.ParseOptions(delimiter=delim, newlines_in_values=True),
             # strings stay strings: a label column "007" must not become 7
-            convert_options=pcsv.ConvertOptions(strings_can_be_null=False),
+            convert_options=pcsv.ConvertOptions(strings_can_be_null=False,
+                                                check_utf8=not bad_bytes.size),
         )
     except pa.ArrowInvalid as e:
-        raise InputError(f"{shard.path}: not valid CSV: {e}") from e
+        raise InputError(f"{shard.path}: not valid CSV: {e}; check input.csv_delimiter and"
+                         " the quoting") from e
     numbers = np.arange(1, table.num_rows + 1, dtype=np.int64)
-    yield from _batches(table, numbers, shard, [], opts.batch_size, len(raw))
+    bad: list[BadRecord] = []
+    if bad_bytes.size and opts.on_decode_error == "quarantine":
+        table, numbers, bad = _csv_quarantine(shard, table, numbers, bad_bytes)
+    yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
+
+
+#: a lone surrogate cannot come from valid input, so it marks where the bad bytes were
+_CSV_MARK = "\udcff"
+
+
+def _csv_quarantine(shard: Shard, table: pa.Table, numbers: np.ndarray,
+                    bad_bytes: np.ndarray) -> tuple[pa.Table, np.ndarray, list[BadRecord]]:
+    """Move the records holding a marked (invalid) byte to bad records."""
+    mark = _CSV_MARK.encode("utf-8", errors="surrogatepass")
+    hit = np.zeros(table.num_rows, dtype=bool)
+    for col in table.columns:
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            hit |= _contains(col, mark)
+    bad = []
+    for k, r in enumerate(np.flatnonzero(hit).tolist()):
+        num = int(numbers[r])
+        # the k-th bad record holds at least the k-th bad sequence: a lower bound that is
+        # exact when each record holds one
+        off = int(bad_bytes[min(k, bad_bytes.size - 1)])
+        bad.append(BadRecord(shard.name, num, "decode_error",
+                             f"invalid UTF-8 in record {num} (near byte offset {off})", None,
+                             off))
+    keep = ~hit
+    return table.filter(pa.array(keep)), numbers[keep], bad
+
+
+def _contains(col: pa.ChunkedArray, needle: bytes) -> np.ndarray:
+    as_bin = col.cast(pa.binary()) if not pa.types.is_binary(col.type) else col
+    return pc.fill_null(pc.match_substring(as_bin, needle), False).to_numpy(
+        zero_copy_only=False)
 
 
 def _read_text(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     raw = _open_bytes(shard)
-    data, _ = _decode_to_utf8(shard, raw, opts)
+    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
     starts, ends, numbers = _line_numbers(data)
+    bad: list[BadRecord] = []
+    if bad_bytes.size and opts.on_decode_error == "quarantine":
+        first_bad = _first_bad_in(bad_bytes, starts, ends)
+        for s, e, num, off in zip(starts[first_bad >= 0].tolist(), ends[first_bad >= 0].tolist(),
+                                  numbers[first_bad >= 0].tolist(),
+                                  first_bad[first_bad >= 0].tolist(), strict=True):
+            bad.append(_decode_bad(shard, data[s:e], num, off))
+        keep = first_bad < 0
+        starts, ends, numbers = starts[keep], ends[keep], numbers[keep]
     lines = [data[s:e].decode("utf-8", errors="replace").rstrip("\r")
              for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
     table = pa.table({opts.text_column: pa.array(lines, pa.string())})
-    yield from _batches(table, numbers, shard, [], opts.batch_size, len(raw))
+    yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
 
 
 def _read_parquet(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:

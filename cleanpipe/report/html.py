@@ -264,30 +264,61 @@ def _examples(report: dict[str, Any], width: int = 240) -> str:
                      "examples") + "</section>")
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _compact(v: Any, width: int = 160) -> str:
+    """One value as short text: dicts as ``k: v · k: v``, lists one item per line (5 shown)."""
+    if isinstance(v, dict):
+        text = " · ".join(f"{k}: {_compact(x, width)}" for k, x in v.items())
+    elif isinstance(v, list):
+        lines = [_compact(x, width) for x in v[:5]]
+        if len(v) > 5:
+            lines.append(f"… {len(v) - 5} more")
+        return "\n".join(lines)
+    elif _is_number(v):
+        text = _fmt(v)
+    else:
+        text = "" if v is None else str(v)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _sections(report: dict[str, Any], max_rows: int = 20) -> str:
-    """Stage-specific sections (e.g. duplicate clusters): lists of records become tables."""
+    """Stage-specific sections (duplicate clusters, contamination, ...), shaped by their data:
+    scalars in one table, ``{name: number}`` maps as bar charts, lists of records as tables."""
     parts = []
     for st in report.get("stages", []):
         section = st.get("section") or {}
+        if not section:
+            continue
+        scalars, blocks = [], []
         for key, value in section.items():
             title = f"{st['name']}: {key}"
-            if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            if value is None or isinstance(value, (str, int, float, bool)):
+                scalars.append([esc(key), esc(_compact(value))])
+            elif isinstance(value, dict) and value and all(_is_number(v) for v in value.values()):
+                blocks.append(hbar_chart(title, [(str(k), v, "#5c677d")
+                                                 for k, v in list(value.items())[:40]]))
+            elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 cols: list[str] = []
                 for v in value[:max_rows]:
                     cols += [k for k in v if k not in cols]
-                rows = [[esc(_cell(v.get(c))) for c in cols] for v in value[:max_rows]]
+                rows = [[f"<pre>{esc(_compact(v.get(c)), keep_newlines=True)}</pre>"
+                         for c in cols] for v in value[:max_rows]]
                 more = (f"<p class=\"note\">{len(value) - max_rows} more not shown.</p>"
                         if len(value) > max_rows else "")
-                parts.append(f"<h3>{esc(title)}</h3>" + _table(cols, rows, "examples") + more)
+                blocks.append(f"<h4>{esc(title)}</h4>" + _table(cols, rows, "examples") + more)
+            elif isinstance(value, dict):
+                rows = [[esc(k), f"<pre>{esc(_compact(v), keep_newlines=True)}</pre>"]
+                        for k, v in value.items()]
+                blocks.append(f"<h4>{esc(title)}</h4>" + _table(["", ""], rows, "meta"))
             else:
-                parts.append(f"<h3>{esc(title)}</h3><pre>{esc(_cell(value), keep_newlines=True)}"
-                             "</pre>")
+                blocks.append(f"<h4>{esc(title)}</h4><pre>"
+                              f"{esc(_compact(value), keep_newlines=True)}</pre>")
+        head = _table(["", ""], scalars, "meta") if scalars else ""
+        parts.append(f"<h3>{esc(st['name'])}</h3>{head}{''.join(blocks)}")
     return "<section><h2>Stage details</h2>" + "".join(parts) + "</section>" if parts else ""
-
-
-def _cell(v: Any, width: int = 300) -> str:
-    text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _meta(report: dict[str, Any]) -> str:
@@ -314,7 +345,7 @@ STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Noto Sans CJK SC",
 sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#1f2933;background:#fff}
 h1{font-size:22px;margin:4px 0 12px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid
-#e4e7eb;padding-bottom:4px}h3{font-size:15px;margin:16px 0 6px}
+#e4e7eb;padding-bottom:4px}h3{font-size:15px;margin:16px 0 6px}h4{font-size:14px;margin:12px 0 4px}
 .banner{padding:10px 14px;border-radius:6px;font-weight:600;font-size:16px;margin:8px 0}
 .banner.pass{background:#e3f9e5;color:#05400a;border:1px solid #57ae5b}
 .banner.fail{background:#ffe3e3;color:#610404;border:1px solid #e12d39}

@@ -1,0 +1,36 @@
+"""Shared helpers of the robustness tests: run the CLI, read an output folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cleanpipe.cli import main
+
+
+def write_pipeline(path: Path, input_path: str | Path | None = None, *, extra_input: str = "",
+                   stages: str = "[]", extra: str = "") -> Path:
+    inp = f"input: {{path: {json.dumps(str(input_path))}{extra_input}}}\n" if input_path else ""
+    if not input_path and extra_input:
+        inp = f"input: {{{extra_input.lstrip(', ')}}}\n"
+    path.write_text(f"{inp}stages: {stages}\n{extra}", encoding="utf-8")
+    return path
+
+
+def cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def read_parts(folder: Path) -> pa.Table:
+    files = sorted(folder.glob("*.parquet"))
+    return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+
+
+def report(out: Path) -> dict[str, Any]:
+    return json.loads((out / "report.json").read_text(encoding="utf-8"))
