@@ -196,3 +196,20 @@ def test_tldr_head_identical(cluster, tmp_path: Path) -> None:
                         batch_size=512)
     local = _same(make, head)
     assert local["report"]["totals"]["read"] == 3000
+
+
+def test_t0_sample_real_text_stages_identical(cluster) -> None:
+    """The text stages from main (ftfy repair, invisible characters, whitespace) on Ray."""
+    from cleanpipe.stages.invisible_chars import InvisibleChars
+    from cleanpipe.stages.unicode_fix import UnicodeFix
+    from cleanpipe.stages.whitespace import Whitespace
+
+    folder = realdata("sft_self_instruct_t0_50k", "data_per_template")
+    # the adversarial_qa_droberta files carry zero-width characters (PROVENANCE.md)
+    files = [str(p) for p in sorted(folder.glob("adversarial_qa_*.jsonl"))]
+
+    def make() -> Pipeline:
+        return Pipeline(stages=[UnicodeFix(), InvisibleChars(), Whitespace(), ExactDedup()],
+                        batch_size=512)
+    local = _same(make, files)
+    assert local["report"]["totals"]["changed"] > 0
