@@ -166,7 +166,8 @@ class Pipeline:
             if empty_schema is not None and flag_col:
                 empty_schema = empty_schema.append(pa.field(flag_col, pa.list_(pa.string())))
             parts = data_w.close(empty_schema)
-            q_w.close()
+            q_parts = q_w.close(quarantine_batch(QuarantineRows(
+                None, [], np.zeros(0, np.int64), "", [], [])).schema)
             if events_w is not None:
                 events_w.close()
             elif self.spec.output.events:
@@ -179,7 +180,8 @@ class Pipeline:
             ext = "jsonl" if fmt == "jsonl" else "parquet"
             if fmt != "hf":
                 (tmp / "README.md").write_text(
-                    dataset_card(f"data/*.{ext}", f"quarantine/*.{ext}"), encoding="utf-8")
+                    dataset_card(f"data/*.{ext}", f"quarantine/*.{ext}", data_w.schema,
+                                 q_w.schema if q_parts else None), encoding="utf-8")
             report = self._report(state, source, str(out), True)
             _write_reports(report, tmp)
             atomic.commit()

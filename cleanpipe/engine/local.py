@@ -197,6 +197,9 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
                     stage="read", reasons=[[b.code] for b in chunk.bad],
                     details=[[f"{b.code}: {b.message}"] for b in chunk.bad],
                     raw=[b.raw for b in chunk.bad]))
+            if state.input_schema is None and chunk.batch.num_columns:
+                # an empty file with a header still says what an empty output looks like
+                state.input_schema = chunk.batch.schema
             if n == 0:
                 if unreadable is not None:
                     seq += len(chunk.bad)
@@ -204,8 +207,6 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
                     yield Rows(empty, empty, pa.array([], pa.string()), np.zeros(0, np.int64),
                                shard.name, None, unreadable)
                 continue
-            if state.input_schema is None:
-                state.input_schema = chunk.batch.schema
             ids = _row_ids(chunk, inp.id_field)
             rows = Rows(chunk.batch, chunk.batch, ids, np.arange(seq, seq + n, dtype=np.int64),
                         shard.name, None, unreadable)

@@ -161,19 +161,53 @@ def write_hf_dataset(parquet_parts: list[Path], target: Path) -> None:
 
     files = [str(p) for p in parquet_parts]
     table = pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table({})
+    if table.num_rows == 0:
+        # datasets needs at least one (empty) chunk per column to build a dataset
+        table = pa.Table.from_batches([pa.RecordBatch.from_pylist([], schema=table.schema)])
     ds = datasets.Dataset(table)
     ds.save_to_disk(str(target))
 
 
-def dataset_card(data_glob: str, quarantine_glob: str) -> str:
-    """README.md whose YAML header tells ``datasets.load_dataset(OUT)`` which files are which."""
+def dataset_card(data_glob: str, quarantine_glob: str, data_schema: pa.Schema | None = None,
+                 quarantine_schema: pa.Schema | None = None) -> str:
+    """README.md whose YAML header tells ``datasets.load_dataset(OUT)`` which files are which.
+
+    With the schemas, the header also declares each config's features: datasets cannot infer
+    them from a file with no rows, and an empty result must still load.
+    """
+    import yaml
+
+    configs = [
+        {"config_name": "default", "data_files": [{"split": "train", "path": data_glob}]},
+        {"config_name": "quarantine",
+         "data_files": [{"split": "train", "path": quarantine_glob}]},
+    ]
+    header: dict[str, Any] = {"configs": configs}
+    info = []
+    for name, schema in (("default", data_schema), ("quarantine", quarantine_schema)):
+        features = _features_yaml(schema)
+        if features is not None:
+            info.append({"config_name": name, "features": features})
+    if info:
+        header["dataset_info"] = info
+    # safe_dump: column names come from the data and are quoted as needed, never evaluated
+    head = yaml.safe_dump(header, sort_keys=False, allow_unicode=True)
     return (
-        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
-        f"    path: {data_glob}\n- config_name: quarantine\n  data_files:\n"
-        f"  - split: train\n    path: {quarantine_glob}\n---\n\n"
+        f"---\n{head}---\n\n"
         "# Cleaned by cleanpipe\n\n`data/` holds the cleaned rows; `quarantine/` the rows that"
         " were removed, each with its row id and reasons; `report.json` says what happened.\n"
     )
+
+
+def _features_yaml(schema: pa.Schema | None) -> list[dict[str, Any]] | None:
+    if schema is None or not len(schema):
+        return None
+    try:
+        import datasets
+
+        return datasets.Features.from_arrow_schema(schema)._to_yaml_list()
+    except Exception:  # a type datasets has no feature for: let it infer from the rows
+        return None
 
 
 class AtomicDir:
