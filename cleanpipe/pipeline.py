@@ -27,6 +27,7 @@ from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.io.writers import (
     AtomicDir,
+    FixedGroupWriter,
     OutputError,
     PartWriter,
     dataset_card,
@@ -150,7 +151,7 @@ class Pipeline:
                 # same format as the data: datasets reads one format per dataset card
                 q_w = PartWriter(tmp / "quarantine", "quarantine",
                                  "jsonl" if fmt == "jsonl" else "parquet")
-                events_w: pq.ParquetWriter | None = None
+                events_w: FixedGroupWriter | None = None
                 flag_col = self.spec.output.flag_column
 
                 def kept(rows: Rows) -> None:
@@ -163,7 +164,7 @@ class Pipeline:
                 def events(t: pa.Table) -> None:
                     nonlocal events_w
                     if events_w is None:
-                        events_w = pq.ParquetWriter(tmp / "events.parquet", EVENTS_SCHEMA,
+                        events_w = FixedGroupWriter(tmp / "events.parquet", EVENTS_SCHEMA,
                                                     compression="zstd")
                     events_w.write_table(t.cast(EVENTS_SCHEMA))
 

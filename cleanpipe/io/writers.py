@@ -155,6 +155,37 @@ class PartWriter:
         return final
 
 
+class FixedGroupWriter:
+    """A Parquet file written in row groups of a fixed size, whatever the batches it is fed,
+    so its bytes depend on the rows alone (not on the batch size or the worker count)."""
+
+    def __init__(self, path: Path, schema: pa.Schema, group_rows: int = 65_536,
+                 compression: str = "zstd") -> None:
+        self._writer = pq.ParquetWriter(path, schema, compression=compression)
+        self._schema = schema
+        self._group = group_rows
+        self._pending: list[pa.Table] = []
+        self._rows = 0
+
+    def write_table(self, table: pa.Table) -> None:
+        self._pending.append(table.cast(self._schema))
+        self._rows += table.num_rows
+        self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        while self._rows >= self._group or (final and self._rows):
+            t = pa.concat_tables(self._pending)
+            n = min(self._group, t.num_rows)
+            self._writer.write_table(t.slice(0, n).combine_chunks(), row_group_size=n)
+            rest = t.slice(n)
+            self._pending = [rest] if rest.num_rows else []
+            self._rows = rest.num_rows
+
+    def close(self) -> None:
+        self._flush(final=True)
+        self._writer.close()
+
+
 def write_hf_dataset(parquet_parts: list[Path], target: Path) -> None:
     """Turn finished Parquet parts into a ``datasets.save_to_disk`` folder at ``target``."""
     import datasets
