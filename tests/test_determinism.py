@@ -43,9 +43,11 @@ def _mixed_input(tmp_path: Path) -> Path:
     for k in range(3):
         with (d / f"s{k}.jsonl").open("wb") as f:
             for i in range(700):
-                text = ["plain 中文 %d", "why %d?", "see http://x/%d", "bad \xff %d"][i % 4] % i
+                kind = 3 if i % 50 == 3 else i % 3  # a few bad bytes, not a foreign encoding
+                text = ["plain 中文 %d", "why %d?", "see http://x/%d", "bad \xff %d"][kind] % i
                 line = json.dumps({"text": text, "k": k}, ensure_ascii=False).encode()
-                f.write(line.replace("\\u00ff".encode(), b"\xff") + b"\n")
+                # a raw 0xFF byte: invalid UTF-8, quarantined as decode_error
+                f.write(line.replace("\xff".encode(), b"\xff") + b"\n")
             f.write(b"{broken\n")
     return d
 
@@ -71,4 +73,6 @@ def test_byte_identical_across_runs_workers_and_batches(tmp_path, capsys, which)
     rc["pipeline"].pop("config_hash")
     assert ra == rc
     assert ra["totals"]["quarantined"] > 0
+    if which == "fixture":  # parse, decode and regex drops all present
+        assert {r["code"] for r in ra["reasons"]} >= {"parse_error", "decode_error", "regex_match"}
     assert ra["totals"]["kept"] + ra["totals"]["quarantined"] == ra["totals"]["read"]
