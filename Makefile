@@ -2,32 +2,40 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
-EXTRAS ?= dev,ray
+BASE := $(VENV)/.installed-base
+FULL := $(VENV)/.installed-test
 
 .PHONY: demo test test-slow lint bench setup clean
 
-$(STAMP): pyproject.toml
+# demo needs only the package; the tests also need the dev, ray and smoke tooling
+$(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	touch $(STAMP)
+	$(PY) -m pip install -q -e .
+	touch $(BASE)
 
-setup: $(STAMP)
+# torch for `cleanpipe smoke`: torch==2.13.0 exactly is the CPU build here (any other version
+# pulls a multi-GB CUDA build); installed first so the `smoke` extra finds it satisfied.
+$(FULL): pyproject.toml $(BASE)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev,ray,smoke]"
+	touch $(FULL)
 
-demo: $(STAMP)
+setup: $(FULL)
+
+demo: $(BASE)
 	$(VENV)/bin/cleanpipe demo --output out/demo --overwrite
 
-test: $(STAMP)
+test: $(FULL)
 	$(PY) -m pytest -m "not slow" cleanpipe tests
 
-test-slow: $(STAMP)
+test-slow: $(FULL)
 	$(PY) -m pytest -m slow tests
 
-lint: $(STAMP)
+lint: $(FULL)
 	$(VENV)/bin/ruff check cleanpipe tests benchmarks
 
-bench: $(STAMP)
+bench: $(FULL)
 	$(PY) benchmarks/run_all.py
 
 clean:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 import traceback
@@ -152,18 +153,27 @@ def describe_stages() -> str:
     for name, cls in stage_classes().items():
         kind = ("text" if issubclass(cls, TextStage) else
                 "global" if issubclass(cls, GlobalStage) else "batch")
-        doc = (cls.__doc__ or "").strip().splitlines()
-        out.append(f"{name}  ({kind})  {doc[0] if doc else ''}")
+        summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        out.append(f"{name}  ({kind})  {summary}")
         codes = ", ".join(f"{c}={a.value}" for c, a in cls.codes.items())
         if codes:
             out.append(f"    codes: {codes}")
         for fname, f in cls.model_fields.items():
             default = f.default if f.default_factory is None else f.default_factory()
-            ann = getattr(f.annotation, "__name__", None) or str(f.annotation)
-            ann = ann.replace("typing.", "")
-            desc = f" — {f.description}" if f.description else ""
+            ann = _type_name(f.annotation)
+            desc = " — " + " ".join(f.description.split()) if f.description else ""
             out.append(f"    {fname}: {ann} = {default!r}{desc}")
     return "\n".join(out)
+
+
+def _type_name(t: Any) -> str:
+    import typing
+
+    if typing.get_origin(t) is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(t))
+    if isinstance(t, type) and not typing.get_args(t):
+        return t.__name__
+    return str(t).replace("typing.", "").replace("cleanpipe.stages.base.", "")
 
 
 def cmd_stages(args: argparse.Namespace) -> int:
@@ -171,13 +181,31 @@ def cmd_stages(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def shipped_pipeline(name: str) -> Any:
+    """A pipeline shipped in ``cleanpipe/pipelines``, with its relative paths (input files,
+    a stage's ``tokenizer``) resolved against that folder, so it runs from any directory."""
     from cleanpipe.pipeline import Pipeline
 
-    pipe = Pipeline.from_yaml(PIPELINES_DIR / "demo.yaml")
+    pipe = Pipeline.from_yaml(PIPELINES_DIR / f"{name}.yaml")
+
+    def here(p: str) -> str:
+        return p if Path(p).is_absolute() else str((PIPELINES_DIR / p).resolve())
+
+    src = pipe.spec.input.path
+    if src is not None:
+        pipe.spec.input.path = here(src) if isinstance(src, str) else [here(s) for s in src]
+    for stage in pipe.stages:
+        tok = getattr(stage, "tokenizer", None)
+        if isinstance(tok, str) and tok.startswith("../"):
+            object.__setattr__(stage, "tokenizer", here(tok))
+    return pipe
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    pipe = shipped_pipeline("demo")
     out = args.output or "cleanpipe-demo"
     print(f"cleanpipe demo: default pipeline on the bundled sample corpus ({SAMPLE_DIR})")
-    report = pipe.run(SAMPLE_DIR, out, overwrite=args.overwrite, workers=args.workers,
+    report = pipe.run(None, out, overwrite=args.overwrite, workers=args.workers,
                       progress=not args.no_progress)
     code = _finish(report, out, False)
     print(f"reports: {out}/report.md, {out}/report.html, {out}/report.json")
@@ -255,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # `cleanpipe stages | head`: the reader left; not an error
+        sys.stderr = open(os.devnull, "w")
+        return EXIT_PASS
     except KeyboardInterrupt:
         print("cleanpipe: interrupted", file=sys.stderr)
         return 130

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,15 +126,20 @@ class Pipeline:
 
     def run(self, input: Any = None, output: str | Path | None = None, *,
             overwrite: bool = False, workers: int | None = None, progress: bool = False,
-            report_dir: str | Path | None = None) -> dict[str, Any]:
+            report_dir: str | Path | None = None,
+            executor: Callable[..., Iterator[Rows]] | None = None) -> dict[str, Any]:
         """Run the pipeline. With an output directory, write data, quarantine and reports
         there atomically; without one, only compute the report (and write it to
-        ``report_dir`` if given). Returns the report dict."""
+        ``report_dir`` if given). Returns the report dict.
+
+        ``executor`` replaces the local engine's :func:`~cleanpipe.engine.local.execute`
+        (same signature); the Ray engine passes its own so writing stays in one place."""
+        run_exec = executor or execute
         source = self._source(input)
         out = output if output is not None else None
         prog = Progress(enabled=progress)
         if out is None:
-            state = self._drain(execute(self.spec, source, Sinks(), workers=workers,
+            state = self._drain(run_exec(self.spec, source, Sinks(), workers=workers,
                                         progress=prog))
             report = self._report(state, source, None, False)
             if report_dir is not None:
@@ -170,8 +175,8 @@ class Pipeline:
 
                 sinks = Sinks(kept=kept, quarantine=quarantine,
                               events=events if self.spec.output.events else None)
-                state = self._drain(execute(self.spec, source, sinks, workers=workers,
-                                            progress=prog, tmp_dir=tmp))
+                state = self._drain(run_exec(self.spec, source, sinks, workers=workers,
+                                             progress=prog, tmp_dir=tmp))
                 empty_schema = state.input_schema
                 if empty_schema is not None and flag_col:
                     empty_schema = empty_schema.append(pa.field(flag_col, pa.list_(pa.string())))

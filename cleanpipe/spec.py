@@ -181,11 +181,10 @@ def _raise_validation(err: ValidationError, model: type[BaseModel], base: tuple[
 def build_stage(entry: Any, index: int, source: str | None = None,
                 lines: dict[tuple[Any, ...], int] | None = None) -> Stage:
     """A stage object from one ``stages:`` entry (``{stage: NAME, ...params}``)."""
-    from cleanpipe.stages.registry import stage_classes
+    from cleanpipe.stages.registry import get_stage_class, stage_classes
 
     lines = lines or {}
     loc: tuple[Any, ...] = ("stages", index)
-    classes = stage_classes()
     if isinstance(entry, str):
         entry = {"stage": entry}
     if not isinstance(entry, dict) or "stage" not in entry:
@@ -193,12 +192,13 @@ def build_stage(entry: Any, index: int, source: str | None = None,
                           " mapping with a 'stage:' key, e.g. '- stage: unicode_fix'")
     params = dict(entry)
     name = params.pop("stage")
-    if name not in classes:
+    cls = get_stage_class(str(name))
+    if cls is None:
+        classes = stage_classes()
         raise ConfigError(
             f"{_where(source, lines, (*loc, 'stage'))}: {_fmt_path((*loc, 'stage'))}: unknown"
             f" stage {name!r}; {_guess(name, list(classes))}valid stages: {', '.join(classes)}"
         )
-    cls = classes[name]
     try:
         return cls.model_validate(params)
     except ValidationError as err:
@@ -238,6 +238,16 @@ def spec_from_dict(data: Any, source: str | None = None, text: str | None = None
             spec.gate = gm.model_validate(raw_gate)
         except ValidationError as err:
             _raise_validation(err, gm, ("gate",), source, lines)
+        codes: dict[str, list[str]] = {"read": ["parse_error", "decode_error"]}
+        for st in spec.stages:
+            codes.setdefault(st.name, []).extend(st.codes)
+        unknown = spec.gate.unknown_reasons(codes)
+        if unknown:
+            known = sorted({c for cs in codes.values() for c in cs})
+            raise ConfigError(
+                f"{_where(source, lines, ('gate',))}: gate: reason {unknown[0]!r} is not a code"
+                f" of any stage in this pipeline; {_guess(unknown[0].split('/')[-1], known)}"
+                f"codes: {', '.join(known)}")
     else:
         spec.gate = raw_gate
     spec.source = source

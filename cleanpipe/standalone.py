@@ -16,6 +16,7 @@ a pyarrow Table/RecordBatch, a polars DataFrame or a ``dict`` batch (``datasets.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -75,8 +76,8 @@ def _batch_from(data: Any) -> tuple[pa.RecordBatch, str]:
             pa.RecordBatch.from_pylist([], schema=data.schema), "table"
     if pl is not None and isinstance(data, pl.DataFrame):
         return _batch_from(data.to_arrow())[0], "polars"
-    if isinstance(data, dict):
-        return pa.RecordBatch.from_pydict(data), "dict"
+    if isinstance(data, Mapping):  # datasets.map passes a LazyBatch, a Mapping
+        return pa.RecordBatch.from_pydict(dict(data)), "dict"
     raise TypeError(f"cannot apply a stage to {type(data).__name__}")
 
 

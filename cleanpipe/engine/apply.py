@@ -101,8 +101,24 @@ def _snippet(v: Any, limit: int = 300) -> str | None:
     return s if len(s) <= limit else s[:limit] + "…"
 
 
+def _row_text(batch: pa.RecordBatch, pos: int, fields: list[str]) -> str | None:
+    """The text of one row (its fields joined), for examples whose stage gave no snippet."""
+    one = batch.slice(pos, 1)
+    parts = []
+    for f in fields:
+        if not _present(one, f):
+            continue
+        try:
+            values, _ = flatten_field(one, f)
+        except FieldError:
+            continue
+        parts.extend(v for v in values.to_pylist() if v)
+    return _snippet(" | ".join(parts)) if parts else None
+
+
 def summarize(stage: Stage, findings: Findings, rows: Rows, n_in: int,
-              n_out: int, seconds: float, metrics: dict[str, Any]) -> StageBatchStats:
+              n_out: int, seconds: float, metrics: dict[str, Any],
+              text_fields: list[str] | None = None) -> StageBatchStats:
     """Counters, bounded examples and the event table of one stage over one batch."""
     st = StageBatchStats(rows_in=n_in, rows_out=n_out, metrics=metrics, seconds=seconds)
     st.changed = int(findings.positions(Action.FIX).size)
@@ -130,7 +146,9 @@ def summarize(stage: Stage, findings: Findings, rows: Rows, n_in: int,
                 "stage": stage.name, "code": c.code, "action": c.action.value,
                 "row_id": ids[p].as_py(), "field": c.field,
                 "detail": _snippet(c.detail[j]) if c.detail is not None else None,
-                "before": _snippet(c.before[j]) if c.before is not None else None,
+                "before": (_snippet(c.before[j]) if c.before is not None else
+                           _row_text(rows.orig, p, [c.field] if c.field else
+                                     list(text_fields or []))),
                 "after": _snippet(c.after[j]) if c.after is not None else None,
             })
             per_code_examples[c.code] = have + j + 1
@@ -237,7 +255,7 @@ def apply_stage(stage: Stage, rows: Rows, text_fields: list[str],
     rows = dataclasses.replace(rows, data=data)
     kept, q = apply_findings(stage, rows, findings, flag_codes)
     stats = summarize(stage, findings, rows, n_in, kept.num_rows,
-                      time.perf_counter() - t0, metrics)
+                      time.perf_counter() - t0, metrics, text_fields)
     return kept, q, stats
 
 
@@ -254,12 +272,22 @@ def apply_decide(stage: GlobalStage, rows: Rows, text_fields: list[str],
     rows = dataclasses.replace(rows, data=data)
     kept, q = apply_findings(stage, rows, res.findings, flag_codes)
     stats = summarize(stage, res.findings, rows, n_in, kept.num_rows,
-                      time.perf_counter() - t0, res.metrics)
+                      time.perf_counter() - t0, res.metrics, text_fields)
     return kept, q, stats
 
 
 def char_histogram(batch: pa.RecordBatch, text_fields: list[str]) -> list[int]:
     """Rows per character-count bin (all present text fields of a row added up)."""
+    return histogram_of(char_counts(batch, text_fields))
+
+
+def histogram_of(counts: np.ndarray) -> list[int]:
+    bins = np.searchsorted(np.asarray(CHAR_EDGES[1:]), counts, side="right")
+    return np.bincount(bins, minlength=len(CHAR_EDGES)).tolist()
+
+
+def char_counts(batch: pa.RecordBatch, text_fields: list[str]) -> np.ndarray:
+    """Characters per row, all present text fields added up."""
     n = batch.num_rows
     total = np.zeros(n, dtype=np.int64)
     for f in text_fields:
@@ -271,5 +299,4 @@ def char_histogram(batch: pa.RecordBatch, text_fields: list[str]) -> list[int]:
             continue
         lens = pc.fill_null(pc.utf8_length(values), 0).to_numpy(zero_copy_only=False)
         total += np.bincount(positions, weights=lens, minlength=n).astype(np.int64)
-    bins = np.searchsorted(np.asarray(CHAR_EDGES[1:]), total, side="right")
-    return np.bincount(bins, minlength=len(CHAR_EDGES)).tolist()
+    return total

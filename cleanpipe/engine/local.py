@@ -28,7 +28,9 @@ from cleanpipe.engine.apply import (
     StageStats,
     apply_decide,
     apply_stage,
+    char_counts,
     char_histogram,
+    histogram_of,
 )
 from cleanpipe.engine.parallel import default_workers, ordered_map
 from cleanpipe.engine.progress import Progress
@@ -119,7 +121,10 @@ def _segment_task(args: tuple[int, Rows]) -> TaskResult:
     seg_i, rows = args
     seg: Segment = _W["segments"][seg_i]
     fields = _W["text_fields"]
-    hist_before = char_histogram(rows.orig, fields) if seg_i == 0 else None
+    hist_before = None
+    if seg_i == 0:
+        rows.chars = char_counts(rows.orig, fields)
+        hist_before = histogram_of(rows.chars)
     stats, quarantine = [], []
     for i in seg.stateless:
         rows, q, st = apply_stage(_stage(i), rows, fields, _W["flag"])
@@ -131,7 +136,11 @@ def _segment_task(args: tuple[int, Rows]) -> TaskResult:
         g = _stage(seg.closing)
         assert isinstance(g, GlobalStage)
         prepared = g.prepare(rows.data, BatchContext(rows.data, fields, rows.row_ids))
-    hist_after = char_histogram(rows.data, fields) if seg.closing is None else None
+    hist_after = None
+    if seg.closing is None:
+        # untouched rows (the stages returned the very batch they got) keep their counts
+        unchanged = rows.data is rows.orig and rows.chars is not None
+        hist_after = histogram_of(rows.chars) if unchanged else char_histogram(rows.data, fields)
     return TaskResult(rows, stats, quarantine, prepared, hist_before, hist_after)
 
 

@@ -25,6 +25,8 @@ class Rows:
     #: records of the same chunk that could not be read; travel with the batch so the
     #: quarantine's order does not depend on how far reading runs ahead of the workers
     unreadable: QuarantineRows | None = None
+    #: characters per row as read (for the before/after histograms)
+    chars: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
@@ -35,7 +37,7 @@ class Rows:
         return Rows(
             self.data.filter(mask), self.orig.filter(mask), self.row_ids.filter(mask),
             self.seq[keep], self.shard, None if self.flags is None else self.flags[keep],
-            self.unreadable,
+            self.unreadable, None if self.chars is None else self.chars[keep],
         )
 
 

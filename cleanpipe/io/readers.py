@@ -54,6 +54,7 @@ class Chunk:
     numbers: np.ndarray  # 1-based line or record number of each row
     bad: list[BadRecord] = field(default_factory=list)
     bytes_read: int = 0  # bytes of the shard consumed by this chunk (for progress)
+    digest: bytes | None = None  # xxh3-128 of the shard's bytes (first chunk only)
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,23 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
         first = False
 
 
+def _fast_json(data: bytes) -> pa.Table | None:
+    """pyarrow's multithreaded JSON reader, or None when the file needs the careful path."""
+    try:
+        # small blocks parse in parallel; a record longer than a block needs a bigger one
+        return pjson.read_json(io.BytesIO(data))
+    except pa.ArrowInvalid as e:
+        if "straddling" not in str(e) and "block" not in str(e):
+            return None
+    except pa.ArrowNotImplementedError:
+        return None
+    try:
+        return pjson.read_json(io.BytesIO(data),
+                               read_options=pjson.ReadOptions(block_size=len(data) + 1))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
 def _decode_bad(shard: Shard, line: bytes, num: int, off: int) -> BadRecord:
     return BadRecord(shard.name, num, "decode_error",
                      f"invalid UTF-8 at line {num}, byte offset {off}",
@@ -253,14 +271,7 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
                             len(raw))
         return
     if not bad_bytes.size:
-        try:
-            table = pjson.read_json(
-                io.BytesIO(data),
-                read_options=pjson.ReadOptions(
-                    block_size=max(1 << 20, min(len(data) + 1, 1 << 28))),
-            )
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            table = None
+        table = _fast_json(data)
         if table is not None:
             n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
             if table.num_rows == n_lines:

@@ -88,7 +88,7 @@ class PartWriter:
         while self._pending_rows >= self.row_group_rows or (final and self._pending_rows):
             table = pa.Table.from_batches(self._pending, schema=self._schema)
             n = min(self.row_group_rows, table.num_rows)
-            self._writer.write_table(table.slice(0, n).combine_chunks(), row_group_size=n)
+            self._writer.write_table(table.slice(0, n), row_group_size=n)
             rest = table.slice(n)
             self._pending = rest.to_batches() if rest.num_rows else []
             self._pending_rows = rest.num_rows

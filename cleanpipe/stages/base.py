@@ -213,7 +213,8 @@ class Stage(BaseModel):
     prints.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=False, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=False, arbitrary_types_allowed=True,
+                              use_attribute_docstrings=True)
 
     name: ClassVar[str] = ""
     codes: ClassVar[Mapping[str, Action]] = {}

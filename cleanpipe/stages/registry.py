@@ -34,11 +34,23 @@ def stage_classes() -> dict[str, type[Stage]]:
     return dict(sorted(found.items()))
 
 
-def get_stage_class(name: str) -> type[Stage]:
-    classes = stage_classes()
-    if name not in classes:
-        raise KeyError(name)
-    return classes[name]
+def get_stage_class(name: str) -> type[Stage] | None:
+    """The class of stage ``name``, importing only its module when it is named after it.
+
+    Importing every stage module costs seconds (numba, tokenizers); a pipeline only needs
+    its own stages. Falls back to the full scan for stages in differently named modules.
+    """
+    if name.isidentifier() and name not in _INFRA and not name.startswith("_"):
+        try:
+            module = importlib.import_module(f"cleanpipe.stages.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"cleanpipe.stages.{name}":
+                raise
+        else:
+            for obj in vars(module).values():
+                if isinstance(obj, type) and issubclass(obj, Stage) and obj.name == name:
+                    return obj
+    return stage_classes().get(name)
 
 
 def is_global(stage: Stage) -> bool:

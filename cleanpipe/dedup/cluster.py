@@ -1,0 +1,106 @@
+"""Clustering for dedup: LSH candidate pairs, connected components, the keep policy.
+
+In-memory mode sorts each band's keys with numpy and joins pairs with numba; the external
+mode (:mod:`cleanpipe.dedup.external`) does the same joins with polars on spilled Parquet.
+Both hand their components to :func:`choose_kept`, so they keep the same rows.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from cleanpipe.dedup import kernels
+
+Keep = Literal["first", "last", "longest"]
+
+
+def candidate_pairs(keys: np.ndarray, valid: np.ndarray,
+                    max_all_pairs: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Unique ``(left < right)`` index pairs that share a key in at least one band."""
+    n, bands = keys.shape
+    lefts, rights = [], []
+    for j in range(bands):
+        col = np.ascontiguousarray(keys[:, j])
+        order = np.argsort(col, kind="stable")
+        left, right = kernels.bucket_pairs(order, col[order], valid, max_all_pairs)
+        lefts.append(left)
+        rights.append(right)
+    return unique_pairs(np.concatenate(lefts) if lefts else np.zeros(0, np.int64),
+                        np.concatenate(rights) if rights else np.zeros(0, np.int64), n)
+
+
+def unique_pairs(left: np.ndarray, right: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs deduplicated and sorted (each pair is found once per band it shares)."""
+    if left.size == 0:
+        return left.astype(np.int64), right.astype(np.int64)
+    code = left.astype(np.int64) * np.int64(max(n, 1)) + right.astype(np.int64)
+    # Sort-based unique: numpy's hash-based np.unique is slower on millions of int64.
+    code.sort()
+    keep = np.ones(code.size, dtype=bool)
+    keep[1:] = code[1:] != code[:-1]
+    code = code[keep]
+    return code // max(n, 1), code % max(n, 1)
+
+
+def components(n: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Component label of each of ``n`` documents: the smallest index in its component."""
+    return kernels.union_find(n, left.astype(np.int64), right.astype(np.int64))
+
+
+def choose_kept(labels: np.ndarray, lengths: np.ndarray | None, keep: Keep) -> np.ndarray:
+    """For each document, the index of the member of its group that is kept.
+
+    ``first`` keeps the earliest row, ``last`` the latest, ``longest`` the one with the most
+    characters (the earliest among equals). ``rep[i] == i`` means row ``i`` is kept.
+    """
+    n = labels.size
+    idx = np.arange(n, dtype=np.int64)
+    if keep == "first":
+        order = np.lexsort((idx, labels))
+    elif keep == "last":
+        order = np.lexsort((-idx, labels))
+    elif keep == "longest":
+        if lengths is None:
+            raise ValueError("keep: longest needs document lengths")
+        order = np.lexsort((idx, -lengths.astype(np.int64), labels))
+    else:
+        raise ValueError(f"unknown keep policy {keep!r}")
+    sorted_labels = labels[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = sorted_labels[1:] != sorted_labels[:-1]
+    group_first = order[starts]
+    group_of = np.cumsum(starts) - 1
+    rep = np.empty(n, dtype=np.int64)
+    rep[order] = group_first[group_of]
+    return rep
+
+
+def size_histogram(labels: np.ndarray) -> dict[str, int]:
+    """How many clusters (of 2 or more rows) have each size, in readable buckets."""
+    _, sizes = np.unique(labels, return_counts=True)
+    sizes = sizes[sizes >= 2]
+    edges = [(2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, None)]
+    out: dict[str, int] = {}
+    for lo, hi in edges:
+        name = str(lo) if hi == lo else (f"{lo}+" if hi is None else f"{lo}-{hi}")
+        mask = sizes >= lo if hi is None else (sizes >= lo) & (sizes <= hi)
+        out[name] = int(mask.sum())
+    return out
+
+
+def largest_clusters(labels: np.ndarray, rep: np.ndarray, top: int) -> list[np.ndarray]:
+    """Member indices (representative first) of the ``top`` largest clusters."""
+    uniq, inverse, sizes = np.unique(labels, return_inverse=True, return_counts=True)
+    big = np.flatnonzero(sizes >= 2)
+    if big.size == 0 or top <= 0:
+        return []
+    # Ties broken by the earliest representative so the report is stable.
+    chosen = big[np.lexsort((uniq[big], -sizes[big]))][:top]
+    out = []
+    for g in chosen:
+        members = np.flatnonzero(inverse == g)
+        r = rep[members[0]]
+        out.append(np.concatenate([[r], members[members != r]]))
+    return out

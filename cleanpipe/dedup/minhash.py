@@ -1,0 +1,96 @@
+"""Bulk MinHash signatures identical to ``datasketch.MinHash`` and LSH banding parameters.
+
+The permutation parameters are taken from datasketch itself (same seed → same ``a``/``b``),
+and the bands×rows split from datasketch's own ``_optimal_param``, so nothing about the
+sketch is re-derived here: only the loop is compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from cleanpipe.dedup import kernels
+from cleanpipe.dedup.text import buffers
+
+HashName = Literal["xxh32", "sha1"]
+Scheme = Literal["affine32", "legacy"]
+
+
+@cache
+def permutations(num_perm: int, seed: int, scheme: Scheme) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's permutation parameters ``(a, b)`` as uint64 arrays."""
+    from datasketch import MinHash
+
+    a, b = MinHash(num_perm=num_perm, seed=seed, scheme=scheme).permutations
+    return np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64)
+
+
+@cache
+def lsh_params(threshold: float, num_perm: int, weights: tuple[float, float]) -> tuple[int, int]:
+    """Bands and rows the way ``datasketch.MinHashLSH`` picks them for ``threshold``.
+
+    Cached: datasketch integrates numerically for every split (~60 ms a call).
+    """
+    try:
+        from datasketch.lsh import _optimal_param
+    except ImportError:  # pragma: no cover - datasketch is a dependency
+        _optimal_param = None
+    if _optimal_param is not None:
+        b, r = _optimal_param(threshold, num_perm, weights[0], weights[1])
+        return int(b), int(r)
+    from datasketch import MinHashLSH  # pragma: no cover
+
+    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)  # pragma: no cover
+    return lsh.b, lsh.r  # pragma: no cover
+
+
+@dataclass
+class Shingled:
+    """Shingle hashes of a batch of documents: document ``i`` owns
+    ``hashes[doc_off[i]:doc_off[i+1]]`` (not deduplicated)."""
+
+    hashes: np.ndarray
+    doc_off: np.ndarray
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.doc_off)
+
+
+def shingle_hashes(texts: pa.Array, modes: np.ndarray, n_word: int, n_char: int,
+                   hash_name: HashName = "xxh32", hash_seed: int = 0) -> Shingled:
+    """32-bit hash of every shingle of every (normalised) document.
+
+    ``xxh32`` equals ``xxhash.xxh32_intdigest(shingle, seed)`` and runs compiled; ``sha1`` is
+    datasketch's default ``sha1_hash32`` (hashlib, one call per shingle: exact but slow).
+    """
+    data, offsets = buffers(texts)
+    starts, ends, doc_off = kernels.shingle_spans(data, offsets, modes.astype(np.int8),
+                                                  n_word, n_char)
+    if hash_name == "xxh32":
+        hashes = kernels.xxh32_spans(data, starts, ends, np.uint64(hash_seed))
+    elif hash_name == "sha1":
+        raw = data.tobytes()
+        hashes = np.fromiter(
+            (int.from_bytes(hashlib.sha1(raw[s:e]).digest()[:4], "little")
+             for s, e in zip(starts.tolist(), ends.tolist(), strict=True)),
+            dtype=np.uint32, count=starts.size,
+        )
+    else:
+        raise ValueError(f"unknown hash {hash_name!r}: use xxh32 or sha1")
+    return Shingled(hashes, doc_off)
+
+
+def signatures(sh: Shingled, num_perm: int, seed: int, scheme: Scheme = "affine32") -> np.ndarray:
+    """(documents × num_perm) uint32 MinHash signatures; row ``i`` equals
+    ``datasketch.MinHash(num_perm, seed, scheme=scheme, hashfunc=H).hashvalues`` after
+    ``update_batch`` with document ``i``'s shingles, ``H`` being the hash used."""
+    a, b = permutations(num_perm, seed, scheme)
+    code = kernels.SCHEME_AFFINE32 if scheme == "affine32" else kernels.SCHEME_LEGACY
+    return kernels.minhash_signatures(sh.hashes, sh.doc_off, a, b, code)

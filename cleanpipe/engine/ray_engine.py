@@ -1,0 +1,260 @@
+"""The Ray engine: the same pipeline on a Ray cluster, with results identical to the local one.
+
+Stateless stages run as Ray Data ``map_batches`` tasks; the per-batch work is the local
+engine's own (:func:`cleanpipe.engine.local._segment_task`, which calls
+:func:`~cleanpipe.engine.apply.apply_stage` / ``GlobalStage.prepare``), so stage semantics,
+counters, examples and events cannot drift between engines. What differs is only where that
+work runs and how its results come back:
+
+* Reading happens on the driver with cleanpipe's readers, in the local engine's order, so row
+  ids (``file:line``) and sequence numbers are the same. Each chunk travels to the cluster as a
+  one-row Arrow envelope ``{chunk, payload}`` (the pickled :class:`~cleanpipe.engine.rows.Rows`:
+  current batch, batch as read, ids, seq), because a chunk carries more than one table
+  (the original rows for the quarantine, unreadable records) and Ray Data's row-level
+  operators must not split, merge or reorder what the stages see.
+* Results are put back in chunk order on the driver before anything is merged, so the
+  report, the quarantine and the kept rows do not depend on how Ray schedules tasks.
+* A global stage (dedup) closes a segment: its ``prepare`` runs in the map tasks, ``observe``
+  and ``finalize`` on the driver in row order, and its ``decide`` runs in the map tasks of the
+  next segment, on a copy of the finalized stage shipped once per actor.
+
+    >>> import pyarrow as pa
+    >>> from cleanpipe.engine.ray_engine import envelope, open_envelope
+    >>> from cleanpipe.engine.rows import Rows
+    >>> import numpy as np
+    >>> b = pa.record_batch({"text": ["a"]})
+    >>> t = envelope([(7, Rows(b, b, pa.array(["f:1"]), np.array([0])))])
+    >>> [(i, r.row_ids.to_pylist()) for i, r in open_envelope(t)]
+    [(7, ['f:1'])]
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from cleanpipe.engine import local
+from cleanpipe.engine.apply import StageBatchStats, StageStats, apply_decide
+from cleanpipe.engine.local import RunState, Sinks, TaskResult, read_rows, segments_of
+from cleanpipe.engine.progress import Progress
+from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.fields import discover_text_fields
+from cleanpipe.spec import PipelineSpec
+from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
+
+#: object store of a cluster this engine starts itself (an existing cluster keeps its own)
+DEFAULT_OBJECT_STORE = 1 << 30
+
+ENVELOPE = pa.schema([("chunk", pa.int64()), ("payload", pa.binary())])
+
+
+def envelope(items: Iterable[tuple[int, Any]]) -> pa.Table:
+    """A one-column-of-bytes Arrow table: ``(chunk index, pickled object)`` per row."""
+    idx, blobs = [], []
+    for i, obj in items:
+        idx.append(i)
+        blobs.append(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    return pa.table([pa.array(idx, pa.int64()), pa.array(blobs, pa.binary())], schema=ENVELOPE)
+
+
+def open_envelope(table: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, Any]]:
+    for i, blob in zip(table.column("chunk").to_pylist(), table.column("payload").to_pylist(),
+                       strict=True):
+        yield i, pickle.loads(blob)
+
+
+class SegmentMapper:
+    """Ray Data actor: (optionally) the previous global stage's ``decide``, then one segment.
+
+    Built once per actor with the stage list (global stages already finalized where this
+    segment needs their decisions), so ``setup()`` runs once per process, as in the local
+    engine's workers.
+    """
+
+    def __init__(self, stages_blob: bytes, seg_i: int, decide_idx: int | None,
+                 text_fields: list[str], flag_codes: bool) -> None:
+        stages: list[Stage] = pickle.loads(stages_blob)
+        self.seg_i = seg_i
+        self.decide_idx = decide_idx
+        self.text_fields = text_fields
+        self.flag_codes = flag_codes
+        local._init_worker(stages, segments_of(stages), text_fields, flag_codes)
+        self._worker = dict(local._W)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        # one process may host several actors over a run: use this one's stages
+        local._W.clear()
+        local._W.update(self._worker)
+        out = []
+        for i, rows in open_envelope(batch):
+            decided = None
+            if self.decide_idx is not None:
+                g = local._stage(self.decide_idx)
+                assert isinstance(g, GlobalStage)
+                rows, q, st = apply_decide(g, rows, self.text_fields, self.flag_codes)
+                decided = (st, q)
+            out.append((i, (decided, local._segment_task((self.seg_i, rows)))))
+        return envelope(out)
+
+
+#: per worker process: the mapper of each (run, segment) it has served, so stages are
+#: unpickled and ``setup()`` once per process rather than once per task
+_MAPPERS: dict[str, SegmentMapper] = {}
+
+
+def map_chunks(batch: pa.Table, key: str, **kwargs: Any) -> pa.Table:
+    """Ray Data task function: run the cached :class:`SegmentMapper` of ``key``."""
+    m = _MAPPERS.get(key)
+    if m is None:
+        _MAPPERS.clear()  # an earlier run's stages are no longer needed
+        m = _MAPPERS[key] = SegmentMapper(**kwargs)
+    return m(batch)
+
+
+def _in_order(results: Iterable[pa.Table]) -> Iterator[tuple[int, Any]]:
+    """Results in chunk order whatever order Ray hands them back in."""
+    waiting: dict[int, Any] = {}
+    nxt = 0
+    for table in results:
+        for i, obj in open_envelope(table):
+            waiting[i] = obj
+            while nxt in waiting:
+                yield nxt, waiting.pop(nxt)
+                nxt += 1
+    if waiting:  # pragma: no cover - would mean a lost chunk
+        raise RuntimeError(f"ray engine: chunks {sorted(waiting)[:5]} came back out of order")
+
+
+def _ensure_ray(address: str | None, workers: int | None) -> Any:
+    try:
+        import ray
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise RuntimeError("engine: ray needs the ray extra: pip install 'cleanpipe[ray]'") from e
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     object_store_memory=DEFAULT_OBJECT_STORE)
+    return ray
+
+
+def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | None = None,
+                progress: Progress | None = None, tmp_dir: Path | None = None,
+                address: str | None = None) -> Iterator[Rows]:
+    """:func:`cleanpipe.engine.local.execute` with the batch work on Ray Data.
+
+    Same signature, same yields (kept rows in input order), same ``RunState``.
+    """
+    ray = _ensure_ray(address, workers or spec.workers)
+    stages = list(spec.stages)
+    state = RunState([StageStats(s.name) for s in stages])
+    progress = progress or Progress(enabled=False)
+    segs = segments_of(stages)
+    flag_codes = spec.output.flag_column is not None
+    n_actors = max(1, int(workers or spec.workers or ray.available_resources().get("CPU", 1)))
+
+    def on_quarantine(q: QuarantineRows) -> None:
+        state.quarantined += len(q.row_ids)
+        if sinks.quarantine is not None:
+            sinks.quarantine(q)
+
+    def take_stats(i: int, st: StageBatchStats) -> None:
+        state.stage_stats[i].add(st)
+        if st.events is not None and sinks.events is not None:
+            sinks.events(st.events)
+
+    # reading: exactly the local engine's, so ids, seq and read counters match; each chunk
+    # goes to the object store as soon as it is read (Ray spills it to disk under pressure)
+    refs: list[Any] = []
+    for i, rows in enumerate(read_rows(spec, source, state, progress)):
+        if not state.text_fields and rows.num_rows:
+            state.text_fields = (list(spec.fields) if spec.fields
+                                 else discover_text_fields(rows.data.schema))
+        refs.append(ray.put(envelope([(i, rows)])))
+    if spec.fields:
+        state.text_fields = list(spec.fields)
+
+    decide_idx: int | None = None
+    for seg_i, seg in enumerate(segs):
+        results = _run_segment(ray, refs, stages, seg_i, decide_idx, state.text_fields,
+                               flag_codes, n_actors)
+        refs = []
+        g = stages[seg.closing] if seg.closing is not None else None
+        if g is not None:
+            assert isinstance(g, GlobalStage)
+            g.setup()
+        t_obs = 0.0
+        for _, (decided, res) in results:
+            res: TaskResult
+            if decided is not None:
+                st, q = decided
+                assert decide_idx is not None
+                take_stats(decide_idx, st)
+                if q is not None:
+                    on_quarantine(q)
+            local._merge(res, state, take_stats, on_quarantine)
+            if not res.rows.num_rows:
+                continue
+            if g is None:
+                state.kept += res.rows.num_rows
+                if sinks.kept is not None:
+                    sinks.kept(res.rows)
+                yield res.rows
+            else:
+                t0 = time.perf_counter()
+                ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
+                g.observe(res.prepared, res.rows.seq, res.rows.data, ctx)
+                t_obs += time.perf_counter() - t0
+                refs.append(ray.put(envelope([(len(refs), res.rows)])))
+        if g is None:
+            break
+        t0 = time.perf_counter()
+        g.finalize()
+        assert seg.closing is not None
+        state.stage_stats[seg.closing].seconds += t_obs + time.perf_counter() - t0
+        progress.note(f"{g.name}: second pass")
+        decide_idx = seg.closing
+    state.wall = time.time() - state.started
+    progress.close()
+    return state
+
+
+def _run_segment(ray: Any, refs: list[Any], stages: list[Stage], seg_i: int,
+                 decide_idx: int | None, text_fields: list[str], flag_codes: bool,
+                 n_actors: int) -> Iterator[tuple[int, Any]]:
+    """Ray Data over one envelope block per chunk; results back in chunk order."""
+    if not refs:
+        return iter(())
+    ds = ray.data.from_arrow_refs(refs)
+    # tasks, not actors: Ray reuses its worker processes across tasks, so the imports and
+    # stage setup are paid once per process for the whole run, not once per segment
+    ds = ds.map_batches(
+        map_chunks,
+        fn_kwargs={
+            "key": f"{uuid.uuid4().hex}-{seg_i}",
+            "stages_blob": pickle.dumps(stages, protocol=pickle.HIGHEST_PROTOCOL),
+            "seg_i": seg_i, "decide_idx": decide_idx, "text_fields": text_fields,
+            "flag_codes": flag_codes},
+        batch_size=1, batch_format="pyarrow", zero_copy_batch=True,
+        concurrency=min(n_actors, len(refs)),
+    )
+    return _in_order(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
+
+
+def run_ray(pipe: Any, input: Any, output: str | Path | None, *, overwrite: bool = False,
+            address: str | None = None, workers: int | None = None,
+            progress: bool = False) -> dict[str, Any]:
+    """``Pipeline.run`` on Ray: same outputs, same report dict."""
+
+    def executor(spec: PipelineSpec, source: Any, sinks: Sinks, **kw: Any) -> Iterator[Rows]:
+        return execute_ray(spec, source, sinks, address=address, **kw)
+
+    return pipe.run(input, output, overwrite=overwrite, workers=workers, progress=progress,
+                    executor=executor)

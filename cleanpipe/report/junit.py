@@ -1,0 +1,52 @@
+"""junit.xml: one test case per gate rule, so CI systems list (and diff) them.
+
+    >>> xml = render_junit({"pipeline": {"name": "sft"}, "verdict": {"passed": False,
+    ...     "exit_code": 1, "rules": [{"name": "min_rows_out", "passed": False,
+    ...     "message": "5 rows out (minimum 10)", "value": 5, "limit": 10}]}})
+    >>> '<failure message="5 rows out (minimum 10)"' in xml
+    True
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+__all__ = ["render_junit"]
+
+# XML 1.0 cannot carry most C0 controls, surrogates or U+FFFE/FFFF, even escaped.
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _clean(text: Any) -> str:
+    return _XML_INVALID.sub(lambda m: f"\\x{ord(m.group()):02x}", "" if text is None else str(text))
+
+
+def render_junit(report: dict[str, Any]) -> str:
+    """JUnit XML for ``report``'s verdict (an empty suite when no gate ran)."""
+    name = _clean(report.get("pipeline", {}).get("name", "pipeline"))
+    verdict = report.get("verdict") or {"rules": []}
+    rules = verdict["rules"]
+    failures = sum(not r["passed"] for r in rules)
+    seconds = f"{report.get('timing', {}).get('wall_seconds', 0.0):.3f}"
+    suites = ET.Element("testsuites", name="cleanpipe", tests=str(len(rules)),
+                        failures=str(failures), errors="0", time=seconds)
+    suite = ET.SubElement(suites, "testsuite", name=f"cleanpipe gate: {name}",
+                          tests=str(len(rules)), failures=str(failures), errors="0",
+                          skipped="0", time=seconds)
+    if "started" in report.get("timing", {}):
+        suite.set("timestamp", _clean(report["timing"]["started"]))
+    for r in rules:
+        case = ET.SubElement(suite, "testcase", classname=f"cleanpipe.gate.{name}",
+                             name=_clean(r["name"]), time="0")
+        if not r["passed"]:
+            fail = ET.SubElement(case, "failure", message=_clean(r["message"]),
+                                 type="GateRuleFailed")
+            fail.text = _clean(f"{r['message']}\nvalue: {r.get('value')}\nlimit: {r.get('limit')}")
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = _clean(r["message"])
+    ET.indent(suites)
+    body = ET.tostring(suites, encoding="unicode")
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{body}\n'

@@ -1,0 +1,173 @@
+"""``context_length``: records longer than the context window, counted with the real tokenizer.
+
+The sequence measured is the one the trainer tokenizes: chat data rendered with the chat
+template from ``tokenizer_config.json``, or a format-string template for alpaca-style
+columns, special tokens included. Counts are exact; records whose length is provably under
+``max_length`` (a sound bound for the tokenizer, see :mod:`cleanpipe.templating.tokenizer`)
+are not tokenized.
+
+Actions for ``too_long``: ``drop`` (default), ``flag``, ``fail``, or ``fix`` = truncate the
+last answer so the sequence fits, only where some of that answer survives; a record whose
+prompt alone fills the window is dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from cleanpipe.fields import flatten_field, rebuild_field
+from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
+from cleanpipe.templating.sequences import template_response
+from cleanpipe.templating.stage import Measured, SequenceStage
+
+_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def _bucket(n: int) -> str:
+    for b in _BUCKETS:
+        if n <= b:
+            return f"<={b}"
+    return f">{_BUCKETS[-1]}"
+
+
+class ContextLength(SequenceStage):
+    """Drop (or flag, or truncate) records longer than ``max_length`` tokens.
+
+    Example, with a tiny word-level tokenizer written on the spot::
+
+        >>> import os, tempfile
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers
+        >>> tk = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+        >>> tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        >>> path = os.path.join(tempfile.mkdtemp(), "tokenizer.json"); tk.save(path)
+        >>> stage = ContextLength(tokenizer=path, max_length=4, template="{prompt} {output}")
+        >>> stage({"prompt": ["a b", "a b c d"], "output": ["c", "e f"]})
+        {'prompt': ['a b'], 'output': ['c']}
+    """
+
+    name = "context_length"
+    codes = {"too_long": Action.DROP, "render_error": Action.DROP}
+    forbidden_actions = {"render_error": frozenset({Action.FIX})}
+
+    max_length: int = Field(gt=0)
+    """The context window in tokens (the trainer's ``cutoff_len`` / ``max_seq_length``)."""
+    exact_counts: bool = False
+    """Tokenize every record, even those provably under the limit (slower)."""
+
+    def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        m = self.measure(batch, self.max_length, exact=self.exact_counts)
+        found = Findings(self.name)
+        errors = [i for i, e in enumerate(m.rendered.errors) if e]
+        if errors:
+            found.add(errors, "render_error", self.action_of("render_error"),
+                      detail=[m.rendered.errors[i] for i in errors])
+        long_rows = np.flatnonzero(m.counts > self.max_length)
+        out_batch = None
+        truncated: list[int] = []
+        act = self.action_of("too_long")
+        if long_rows.size and act == Action.FIX:
+            out_batch, truncated, cannot = self._truncate(batch, m, long_rows)
+            if truncated:
+                found.add(truncated, "too_long", Action.FIX, detail=[
+                    f"{m.counts[i]} tokens > {self.max_length}: answer truncated to fit"
+                    for i in truncated])
+            if cannot:
+                found.add(cannot, "too_long", Action.DROP, detail=[
+                    f"{m.counts[i]} tokens > {self.max_length}; the prompt alone leaves no"
+                    " room for the answer" for i in cannot])
+        elif long_rows.size:
+            found.add(long_rows, "too_long", act, detail=[
+                f"{m.counts[i]} tokens > {self.max_length}" for i in long_rows])
+        return BatchResult(out_batch, found, self._metrics(m, long_rows.size, len(truncated)))
+
+    def _metrics(self, m: Measured, n_long: int, n_trunc: int) -> dict[str, Any]:
+        counted = m.counts[m.counts >= 0]
+        hist = Counter(_bucket(int(c)) for c in counted)
+        return {
+            "rows": len(m.counts),
+            "tokenized": int(counted.size),
+            "skipped_provably_short": int(np.sum(m.counts < 0)),
+            "tokens_in_tokenized_rows": int(counted.sum()),
+            "too_long": int(n_long),
+            "truncated": int(n_trunc),
+            "token_count_histogram": dict(hist),
+        }
+
+    # -- truncation ---------------------------------------------------------------------------
+    def _answer_field(self, batch: pa.RecordBatch) -> tuple[str, bool]:
+        """Selector of the answer text and whether it lives in a chat column."""
+        if self.template is not None:
+            return template_response(self.template, self.response_field), False
+        col = self._messages_column(batch)
+        if col is None:
+            return self.response_field, False
+        struct = batch.schema.field(col).type.value_type
+        key = "content" if struct.get_field_index("content") >= 0 else "value"
+        return f"{col}[*].{key}", True
+
+    def _truncate(self, batch: pa.RecordBatch, m: Measured, rows: np.ndarray
+                  ) -> tuple[pa.RecordBatch | None, list[int], list[int]]:
+        selector, nested = self._answer_field(batch)
+        values, owners = flatten_field(batch, selector)
+        first = np.searchsorted(owners, np.arange(batch.num_rows))
+        texts = m.rendered.texts.take(pa.array(rows)).to_pylist()
+        encs = self.tok.encode(texts, m.add_special_tokens)
+        new_vals: dict[int, str] = {}
+        done, cannot = [], []
+        for r, enc in zip(rows.tolist(), encs, strict=True):
+            spans, last = m.rendered.spans[r], m.rendered.last[r]
+            if not spans or last is None:
+                cannot.append(r)
+                continue
+            s, e = spans[-1]
+            flat = int(first[r] + last[0]) if nested else r
+            original = values[flat].as_py() or ""
+            offs = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            # Tokens after the answer (end-of-turn, [SEP]...) must still fit after the cut.
+            before_end = np.flatnonzero((offs[:, 0] < e) & (offs[:, 1] > offs[:, 0]))
+            after = len(offs) - (int(before_end[-1]) + 1 if before_end.size else 0)
+            keep = self.max_length - after
+            cut = int(offs[keep - 1, 1]) if 0 < keep <= len(offs) else s
+            fitted = None
+            # BPE may merge differently at the new end; shorten until the re-count fits.
+            for _ in range(8):
+                if cut <= s:
+                    break
+                candidate = original[: last[1] + (cut - s)]
+                if self._fits(batch, r, selector, nested, flat, first, values, candidate):
+                    fitted = candidate
+                    break
+                cut -= max(1, (cut - s) // 20)
+            if fitted is None:
+                cannot.append(r)
+            else:
+                new_vals[flat] = fitted
+                done.append(r)
+        if not new_vals:
+            return None, done, cannot
+        mask = np.zeros(len(values), dtype=bool)
+        mask[list(new_vals)] = True
+        replaced = pc.replace_with_mask(
+            values, pa.array(mask), pa.array([new_vals[i] for i in sorted(new_vals)],
+                                             values.type))
+        return rebuild_field(batch, selector, replaced), done, cannot
+
+    def _fits(self, batch: pa.RecordBatch, r: int, selector: str, nested: bool, flat: int,
+              first: np.ndarray, values: pa.Array, candidate: str) -> bool:
+        one = batch.slice(r, 1)
+        if nested:
+            vals, _ = flatten_field(one, selector)
+            local = flat - int(first[r])
+            mask = np.zeros(len(vals), dtype=bool)
+            mask[local] = True
+            vals = pc.replace_with_mask(vals, pa.array(mask), pa.array([candidate], vals.type))
+        else:
+            vals = pa.array([candidate], values.type)
+        trial = self.measure(rebuild_field(one, selector, vals), None)
+        return bool(trial.counts[0] >= 0 and trial.counts[0] <= self.max_length)

@@ -1,0 +1,200 @@
+"""Exact-duplicate removal on 128-bit hashes of normalised row content."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field, PrivateAttr
+
+from cleanpipe.dedup import cluster, hashing
+from cleanpipe.dedup.reference import load_reference, table_batches
+from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
+from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts
+from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
+
+
+@dataclass
+class _Hashed:
+    hashes: np.ndarray  # (rows, 2) uint64
+    lengths: np.ndarray
+    snippets: pa.Array | None
+
+
+class ExactDedup(GlobalStage):
+    """Drop (or flag) rows whose normalised content equals an earlier row's, and rows that
+    copy an eval/test set.
+
+    The configured fields (nested message contents included) are normalised, joined with a
+    separator that keeps field boundaries, and hashed to 128 bits (XXH3-128); the hashes are
+    the only per-row state besides row ids. One row of each group survives (``keep``); the
+    others are ``exact_duplicate`` with the kept row named in the detail.
+
+        >>> stage = ExactDedup(fields=["instruction", "output"], lowercase=True)
+        >>> rows = {"instruction": ["Say hi", "say  HI", "Say bye"],
+        ...         "output": ["hi", "hi", "bye"]}
+        >>> stage(rows)["instruction"]
+        ['Say hi', 'Say bye']
+    """
+
+    name: ClassVar[str] = "exact_dedup"
+    codes: ClassVar[dict[str, Action]] = {
+        "exact_duplicate": Action.DROP,
+        "contaminated_exact": Action.DROP,
+    }
+    forbidden_actions: ClassVar[dict[str, frozenset[Action]]] = {
+        "exact_duplicate": frozenset({Action.FIX}),
+        "contaminated_exact": frozenset({Action.FIX}),
+    }
+
+    fields: list[str] | None = None
+    """Fields compared together (default: the pipeline's text fields)."""
+    lowercase: bool = False
+    """Ignore case."""
+    collapse_whitespace: bool = True
+    """Treat runs of whitespace as one space and ignore leading/trailing whitespace."""
+    strip_punctuation: bool = False
+    """Ignore punctuation and symbols (they count as whitespace)."""
+    unicode_form: UnicodeForm = "NFC"
+    """Unicode normalisation before hashing (``NFKC`` also folds full-width forms)."""
+    keep: cluster.Keep = "first"
+    """Which row of a group survives: ``first``, ``last`` or ``longest``."""
+    reference: list[Any] = []
+    """Eval/test datasets (paths, or pyarrow Tables in Python) that training rows must not
+    copy."""
+    reference_fields: list[str] | None = None
+    """Text fields of the reference sets (default: ``fields``, else their string columns)."""
+    snippet_chars: int = Field(80, ge=0)
+    """Characters of each row kept for the report's examples."""
+    report_clusters: int = Field(10, ge=0)
+    """How many of the largest duplicate groups the report shows."""
+
+    _book: RowBook | None = PrivateAttr(None)
+    _hashes: list[np.ndarray] = PrivateAttr(default_factory=list)
+    _rep: np.ndarray | None = PrivateAttr(None)
+    _contam: np.ndarray | None = PrivateAttr(None)
+    _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
+    _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        out = self.model_dump(mode="json", exclude={"reference"})
+        out["reference"] = [x if isinstance(x, str) else f"<table {getattr(x, 'num_rows', '?')}"
+                            " rows>" for x in self.reference]
+        return out
+
+    def hash_rows(self, ctx: BatchContext, fields: list[str] | None = None) -> _Hashed:
+        raw = row_texts(ctx, fields if fields is not None else self.fields)
+        norm = normalize(raw, lowercase=self.lowercase, unicode_form=self.unicode_form,
+                         strip_punctuation=self.strip_punctuation,
+                         collapse_whitespace=self.collapse_whitespace)
+        lengths, snippets = lengths_and_snippets(raw, self.snippet_chars)
+        return _Hashed(hashing.hash128(norm), lengths, snippets)
+
+    def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> _Hashed:
+        return self.hash_rows(ctx)
+
+    def observe(self, prepared: _Hashed, seq: np.ndarray, batch: pa.RecordBatch,
+                ctx: BatchContext) -> None:
+        if self._book is None:
+            self._book = RowBook(self.snippet_chars)
+        self._book.add(seq, prepared.lengths, prepared.snippets, ctx.row_ids)
+        self._hashes.append(prepared.hashes)
+
+    def _reference_hashes(self) -> np.ndarray:
+        parts = []
+        start = 0
+        self._ref_offsets = []
+        for item in self.reference:
+            ref_name, table = load_reference(item)
+            self._ref_offsets.append((start, ref_name))
+            fields = self.reference_fields or self.fields
+            for rb in table_batches(table):
+                ctx = BatchContext(rb, fields or [f.name for f in rb.schema
+                                                  if pa.types.is_string(f.type)
+                                                  or pa.types.is_large_string(f.type)])
+                parts.append(self.hash_rows(ctx, fields).hashes)
+            start += table.num_rows
+        return np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
+
+    def finalize(self) -> None:
+        book = self._book or RowBook(self.snippet_chars)
+        book.close()
+        self._book = book
+        n = book.n
+        hashes = np.concatenate(self._hashes) if self._hashes else np.zeros((0, 2), np.uint64)
+        labels = hashing.group_labels(hashes)
+        rep = cluster.choose_kept(labels, book.lengths, self.keep)
+        self._rep = rep
+        self._contam = hashing.lookup(hashes, self._reference_hashes())
+        self._report = self._build_report(labels, rep, n, int(hashes.nbytes))
+        self._hashes = []
+
+    def _ref_name(self, idx: int) -> str:
+        name, base = "reference", 0
+        for start, ref_name in self._ref_offsets:
+            if idx >= start:
+                name, base = ref_name, start
+        return f"{name} row {idx - base}"
+
+    def _build_report(self, labels: np.ndarray, rep: np.ndarray, n: int,
+                      hash_bytes: int) -> dict[str, Any]:
+        book = self._book
+        assert book is not None and self._contam is not None
+        dropped = rep != np.arange(n)
+        largest = []
+        for members in cluster.largest_clusters(labels, rep, self.report_clusters):
+            shown = members[:6]
+            names = book.names(shown)
+            largest.append({
+                "size": int(members.size), "representative": names[0],
+                "representative_snippet": book.snippet(shown[0]),
+                "members": [{"row": names[k], "snippet": book.snippet(shown[k])}
+                            for k in range(1, shown.size)],
+            })
+        contaminated = np.flatnonzero(self._contam >= 0)
+        extra = book.nbytes()
+        return {
+            "rows": n,
+            "clusters": int(np.unique(labels[dropped]).size),
+            "duplicates": int(dropped.sum()),
+            "cluster_sizes": cluster.size_histogram(labels),
+            "largest_clusters": largest,
+            "contamination": {
+                "rows": int(contaminated.size),
+                "examples": [
+                    {"row": name, "reference": self._ref_name(int(self._contam[i])),
+                     "snippet": book.snippet(i)}
+                    for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
+                                       strict=True)
+                ],
+            },
+            "memory": {
+                "index_bytes_per_row": round(
+                    (hash_bytes + extra["seq_and_length"]) / max(n, 1), 1),
+                "names_and_snippets_bytes_per_row": round(
+                    (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
+            },
+        }
+
+    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+        if self._rep is None or self._book is None or self._contam is None:
+            raise RuntimeError("decide() before finalize()")
+        book = self._book
+        idx = book.index_of(np.asarray(seq, dtype=np.int64))
+        found = Findings(self.name)
+        dup = np.flatnonzero(self._rep[idx] != idx)
+        if dup.size:
+            found.add(dup, "exact_duplicate", self.action_of("exact_duplicate"),
+                      detail=[f"duplicate of row {nm}" for nm in book.names(self._rep[idx[dup]])])
+        hit = np.flatnonzero(self._contam[idx] >= 0)
+        if hit.size:
+            found.add(hit, "contaminated_exact", self.action_of("contaminated_exact"),
+                      detail=[f"copy of {self._ref_name(int(r))}"
+                              for r in self._contam[idx[hit]]])
+        return BatchResult(None, found, {"exact_duplicate": int(dup.size),
+                                         "contaminated_exact": int(hit.size)})
+
+    def report_section(self) -> dict[str, Any]:
+        return dict(self._report)

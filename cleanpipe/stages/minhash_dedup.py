@@ -1,0 +1,382 @@
+"""Near-duplicate removal with MinHash LSH (datasketch-compatible signatures, bulk-computed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field, PrivateAttr, model_validator
+
+from cleanpipe.dedup import cluster, external, kernels
+from cleanpipe.dedup.minhash import (
+    HashName,
+    Scheme,
+    lsh_params,
+    shingle_hashes,
+    signatures,
+)
+from cleanpipe.dedup.reference import load_reference, table_batches
+from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
+from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts, shingle_modes
+from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
+
+
+@dataclass
+class _Sketch:
+    """What a worker computes for one batch: compact arrays only."""
+
+    keys: np.ndarray          # (rows, bands) uint64
+    valid: np.ndarray         # rows with at least one shingle
+    sets: np.ndarray | None   # sorted unique shingle hashes, flat (verify: exact)
+    set_off: np.ndarray | None
+    lengths: np.ndarray
+    snippets: pa.Array | None
+    shingles: int
+
+
+class MinHashDedup(GlobalStage):
+    """Drop (or flag) near-duplicate rows found by MinHash LSH, and rows that nearly copy an
+    eval/test set.
+
+    Each row's text (its ``fields``, nested message contents joined) is normalised and cut
+    into shingles: word n-grams for space-separated text, character n-grams for Chinese,
+    Japanese, Thai and other scripts written without spaces (``shingle: auto`` decides per
+    row). Signatures equal ``datasketch.MinHash(num_perm, seed, scheme=scheme)`` fed the same
+    shingles with the same hash (``hash: sha1`` is datasketch's default hash function;
+    ``xxh32`` is ``xxhash.xxh32_intdigest``), but are computed in bulk by compiled loops.
+    Bands × rows come from datasketch's own choice for ``threshold`` and ``weights``.
+    Candidates sharing a band are verified on their exact shingle-set Jaccard
+    (``verify: exact``), clustered by union-find, and all but one row per cluster (``keep``)
+    are reported as ``near_duplicate`` of the kept row.
+
+        >>> stage = MinHashDedup(fields=["text"], threshold=0.7)
+        >>> rows = {"text": ["the quick brown fox jumps over the lazy dog near the river bank",
+        ...                  "the quick brown fox jumps over the lazy dog near the river bank!",
+        ...                  "a completely different sentence about training language models"]}
+        >>> stage(rows)["text"]
+        ['the quick brown fox jumps over the lazy dog near the river bank', \
+'a completely different sentence about training language models']
+    """
+
+    name: ClassVar[str] = "minhash_dedup"
+    codes: ClassVar[dict[str, Action]] = {
+        "near_duplicate": Action.DROP,
+        "contaminated_near": Action.DROP,
+    }
+    forbidden_actions: ClassVar[dict[str, frozenset[Action]]] = {
+        "near_duplicate": frozenset({Action.FIX}),
+        "contaminated_near": frozenset({Action.FIX}),
+    }
+
+    fields: list[str] | None = None
+    """Text fields compared, joined per row (default: the pipeline's text fields)."""
+    threshold: float = Field(0.8, gt=0.0, lt=1.0)
+    """Jaccard similarity from which two rows are duplicates."""
+    num_perm: int = Field(128, ge=2, le=1024)
+    """MinHash permutations (signature length)."""
+    seed: int = 1
+    """Seed of datasketch's permutation generator."""
+    hash: HashName = "xxh32"
+    """Shingle hash: ``xxh32`` (compiled) or ``sha1`` (datasketch's default, slow)."""
+    hash_seed: int = 0
+    """Seed of ``xxh32`` (use the same in ``hashfunc`` to reproduce signatures)."""
+    scheme: Scheme = "affine32"
+    """datasketch permutation scheme: ``affine32`` (its 2.x default) or ``legacy``."""
+    bands: int | None = Field(None, ge=1)
+    """LSH bands (give with ``rows``; default: datasketch's choice for ``threshold``)."""
+    rows: int | None = Field(None, ge=1)
+    """Rows (signature values) per band."""
+    weights: tuple[float, float] = (0.05, 0.95)
+    """(false positive, false negative) weights for choosing bands×rows, as in
+    ``MinHashLSH``. Leaning to recall costs little because candidates are verified."""
+    verify: Literal["exact", "none"] = "exact"
+    """``exact``: keep only candidate pairs whose shingle sets reach ``threshold`` (holds the
+    sets, ~4 bytes per shingle); ``none``: trust the LSH buckets (more false merges)."""
+    shingle: Literal["auto", "word", "char"] = "auto"
+    """Shingling: word n-grams, character n-grams, or chosen per row by script."""
+    ngram_words: int = Field(5, ge=1)
+    """Words per shingle for space-separated text."""
+    ngram_chars: int = Field(2, ge=1)
+    """Characters per shingle for CJK/Thai text. 2, because a 5% character edit rate leaves a
+    bigram Jaccard of ~0.82 but a trigram Jaccard of ~0.74: trigrams miss such copies."""
+    cjk_ratio: float = Field(0.3, ge=0.0, le=1.0)
+    """``shingle: auto`` uses character n-grams when this share of a row's characters is in a
+    script written without spaces."""
+    lowercase: bool = True
+    """Compare case-insensitively."""
+    unicode_form: UnicodeForm = "NFKC"
+    """Unicode normalisation before shingling (NFKC folds full-width forms)."""
+    strip_punctuation: bool = False
+    """Treat punctuation and symbols as spaces."""
+    keep: cluster.Keep = "first"
+    """Which row of a cluster survives: ``first``, ``last`` or ``longest``."""
+    max_bucket_pairs: int = Field(64, ge=2)
+    """Buckets up to this size are joined pairwise (for verification); bigger ones as a
+    star to their first row."""
+    external: bool = False
+    """Spill band keys to Parquet and cluster with polars (corpora larger than memory)."""
+    spill_dir: str | None = None
+    """Where ``external`` spills (default: the system temp dir)."""
+    reference: list[Any] = []
+    """Eval/test datasets (paths, or pyarrow Tables in Python) that training rows must not
+    nearly copy."""
+    reference_fields: list[str] | None = None
+    """Text fields of the reference sets (default: ``fields``, else their string columns)."""
+    snippet_chars: int = Field(80, ge=0)
+    """Characters of each row kept for the report's cluster examples."""
+    report_clusters: int = Field(10, ge=0)
+    """How many of the largest clusters the report shows."""
+
+    _book: RowBook | None = PrivateAttr(None)
+    _parts: list[_Sketch] = PrivateAttr(default_factory=list)
+    _spill: external.KeySpill | None = PrivateAttr(None)
+    _rep: np.ndarray | None = PrivateAttr(None)
+    _dup_j: np.ndarray | None = PrivateAttr(None)
+    _contam: np.ndarray | None = PrivateAttr(None)
+    _contam_j: np.ndarray | None = PrivateAttr(None)
+    _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
+    _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_bands(self) -> MinHashDedup:
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("give both bands and rows, or neither")
+        b, r = self.band_rows()
+        if b * r > self.num_perm:
+            raise ValueError(f"bands × rows = {b * r} exceeds num_perm = {self.num_perm}")
+        return self
+
+    def band_rows(self) -> tuple[int, int]:
+        """The (bands, rows) split in use."""
+        if self.bands is not None and self.rows is not None:
+            return self.bands, self.rows
+        return lsh_params(self.threshold, self.num_perm, self.weights)
+
+    def describe(self) -> dict[str, Any]:
+        out = self.model_dump(mode="json", exclude={"reference"})
+        out["reference"] = [x if isinstance(x, str) else f"<table {getattr(x, 'num_rows', '?')}"
+                            " rows>" for x in self.reference]
+        out["bands"], out["rows"] = self.band_rows()
+        return out
+
+    # -- worker side -------------------------------------------------------------------
+    def sketch(self, batch: pa.RecordBatch, ctx: BatchContext,
+               fields: list[str] | None = None) -> _Sketch:
+        """Band keys (and, for verification, shingle sets) of every row of ``batch``."""
+        # Fields joined by a newline: a word boundary, so no shingle glues two fields' words.
+        raw = row_texts(ctx, fields if fields is not None else self.fields, sep="\n")
+        norm = normalize(raw, lowercase=self.lowercase, unicode_form=self.unicode_form,
+                         strip_punctuation=self.strip_punctuation)
+        modes = shingle_modes(norm, self.shingle, self.cjk_ratio)
+        sh = shingle_hashes(norm, modes, self.ngram_words, self.ngram_chars, self.hash,
+                            self.hash_seed)
+        b, r = self.band_rows()
+        keys = kernels.band_keys(signatures(sh, self.num_perm, self.seed, self.scheme), b, r)
+        sets = set_off = None
+        if self.verify == "exact":
+            sets, set_off = kernels.sorted_unique_segments(sh.hashes, sh.doc_off)
+        lengths, snippets = lengths_and_snippets(raw, self.snippet_chars)
+        return _Sketch(keys, sh.counts > 0, sets, set_off, lengths, snippets,
+                       int(sh.hashes.size))
+
+    def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> _Sketch:
+        return self.sketch(batch, ctx)
+
+    # -- main process ------------------------------------------------------------------
+    def observe(self, prepared: _Sketch, seq: np.ndarray, batch: pa.RecordBatch,
+                ctx: BatchContext) -> None:
+        if self._book is None:
+            self._book = RowBook(self.snippet_chars)
+            if self.external:
+                self._spill = external.KeySpill(self.spill_dir)
+        start = self._book.n
+        self._book.add(seq, prepared.lengths, prepared.snippets, ctx.row_ids)
+        if self._spill is not None:
+            self._spill.append(start, prepared.keys, prepared.valid)
+            prepared.keys = prepared.keys[:0]
+        self._parts.append(prepared)
+
+    def _reference_sketches(self) -> list[tuple[str, _Sketch]]:
+        out = []
+        for item in self.reference:
+            ref_name, table = load_reference(item)
+            fields = self.reference_fields or self.fields
+            for rb in table_batches(table):
+                ctx = BatchContext(rb, fields or [f.name for f in rb.schema
+                                                  if pa.types.is_string(f.type)
+                                                  or pa.types.is_large_string(f.type)])
+                out.append((ref_name, self.sketch(rb, ctx, fields)))
+        return out
+
+    def finalize(self) -> None:
+        book = self._book or RowBook(self.snippet_chars)
+        book.close()
+        self._book = book
+        n = book.n
+        parts = list(self._parts)
+        refs = self._reference_sketches()
+        ref_offsets: list[tuple[int, str]] = []
+        start = n
+        for ref_name, sk in refs:
+            ref_offsets.append((start, ref_name))
+            if self._spill is not None:
+                self._spill.append(start, sk.keys, sk.valid)
+            start += sk.valid.size
+            parts.append(sk)
+        total = start
+        valid = (np.concatenate([p.valid for p in parts]) if parts
+                 else np.zeros(0, dtype=bool))
+        b, _r = self.band_rows()
+        index_bytes = int(valid.nbytes + book.nbytes()["seq_and_length"])
+        if self._spill is None:
+            keys = (np.concatenate([p.keys for p in parts]) if parts
+                    else np.zeros((0, b), dtype=np.uint64))
+            index_bytes += int(keys[:n].nbytes)
+            left, right = cluster.candidate_pairs(keys, valid, self.max_bucket_pairs)
+            del keys
+        else:
+            pairs = external.candidate_pairs(self._spill.scan(), self.max_bucket_pairs)
+            left, right = pairs["left"].to_numpy(), pairs["right"].to_numpy()
+        candidates = int(left.size)
+        sets = off = None
+        if self.verify == "exact":
+            sets = (np.concatenate([p.sets for p in parts]) if parts
+                    else np.zeros(0, np.uint32))
+            sizes = np.concatenate([np.diff(p.set_off) for p in parts]) if parts else \
+                np.zeros(0, np.int64)
+            off = np.zeros(total + 1, dtype=np.int64)
+            np.cumsum(sizes, out=off[1:])
+            jac = kernels.pair_jaccard(sets, off, left, right)
+            ok = jac >= self.threshold
+            left, right, jac = left[ok], right[ok], jac[ok]
+        else:
+            jac = np.full(left.size, np.nan)
+        train = right < n
+        tl, tr = left[train], right[train]
+        if self._spill is not None:
+            import polars as pl
+
+            labels = external.components(n, pl.DataFrame({"left": tl, "right": tr}))
+        else:
+            labels = cluster.components(n, tl, tr)
+        rep = cluster.choose_kept(labels, book.lengths, self.keep)
+        dup = np.flatnonzero(rep != np.arange(n))
+        dup_j = np.full(n, np.nan, dtype=np.float32)
+        if sets is not None and dup.size:
+            dup_j[dup] = kernels.pair_jaccard(sets, off, dup, rep[dup])
+        # Contamination: for each training row, its most similar reference row.
+        cross = (left < n) & (right >= n)
+        cl, cr, cj = left[cross], right[cross], jac[cross]
+        contam = np.full(n, -1, dtype=np.int64)
+        contam_j = np.full(n, np.nan, dtype=np.float32)
+        if cl.size:
+            order = np.lexsort((cr, -np.nan_to_num(cj, nan=0.0), cl))
+            cl, cr, cj = cl[order], cr[order], cj[order]
+            first = np.ones(cl.size, dtype=bool)
+            first[1:] = cl[1:] != cl[:-1]
+            contam[cl[first]] = cr[first]
+            contam_j[cl[first]] = cj[first]
+        self._rep, self._dup_j, self._contam, self._contam_j = rep, dup_j, contam, contam_j
+        self._ref_offsets = ref_offsets
+        self._report = self._build_report(labels, rep, sets, off, n, candidates, index_bytes,
+                                          sum(p.shingles for p in parts[:len(self._parts)]),
+                                          valid[:n])
+        # Workers get the stage back for decide(): ship only what decide needs.
+        self._parts = []
+        if self._spill is not None:
+            self._report["memory"]["spilled_bytes"] = self._spill.bytes_written
+            self._spill.cleanup()
+            self._spill = None
+
+    def _ref_name(self, idx: int) -> str:
+        name, base = "reference", 0
+        for start, ref_name in self._ref_offsets:
+            if idx >= start:
+                name, base = ref_name, start
+        return f"{name} row {idx - base}"
+
+    def _build_report(self, labels: np.ndarray, rep: np.ndarray, sets: np.ndarray | None,
+                      off: np.ndarray | None, n: int, candidates: int, index_bytes: int,
+                      shingles: int, valid: np.ndarray) -> dict[str, Any]:
+        book = self._book
+        assert book is not None
+        b, r = self.band_rows()
+        largest = []
+        for members in cluster.largest_clusters(labels, rep, self.report_clusters):
+            shown = members[:6]
+            names = book.names(shown)
+            jac = (kernels.pair_jaccard(sets, off, np.full(shown.size, shown[0]), shown)
+                   if sets is not None else np.full(shown.size, np.nan))
+            largest.append({
+                "size": int(members.size),
+                "representative": names[0],
+                "representative_snippet": book.snippet(shown[0]),
+                "members": [
+                    {"row": names[k], "snippet": book.snippet(shown[k]),
+                     "jaccard": None if np.isnan(jac[k]) else round(float(jac[k]), 4)}
+                    for k in range(1, shown.size)
+                ],
+            })
+        extra = book.nbytes()
+        store = int(sets.nbytes + off.nbytes) if sets is not None else 0
+        contaminated = np.flatnonzero(self._contam >= 0)
+        return {
+            "rows": n,
+            "rows_without_shingles": int(n - valid.sum()),
+            "shingles": int(shingles),
+            "bands": b,
+            "rows_per_band": r,
+            "candidate_pairs": candidates,
+            "clusters": int(np.unique(labels[rep != np.arange(n)]).size),
+            "duplicates": int((rep != np.arange(n)).sum()),
+            "cluster_sizes": cluster.size_histogram(labels),
+            "largest_clusters": largest,
+            "jaccard": "exact shingle-set Jaccard" if sets is not None else "not verified",
+            "contamination": {
+                "rows": int(contaminated.size),
+                "examples": [
+                    {"row": name, "reference": self._ref_name(int(self._contam[i])),
+                     "jaccard": None if np.isnan(self._contam_j[i])
+                     else round(float(self._contam_j[i]), 4),
+                     "snippet": book.snippet(i)}
+                    for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
+                                       strict=True)
+                ],
+            },
+            "memory": {
+                "index_bytes_per_row": round(index_bytes / max(n, 1), 1),
+                "verify_store_bytes_per_row": round(store / max(n, 1), 1),
+                "names_and_snippets_bytes_per_row": round(
+                    (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
+            },
+        }
+
+    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+        if self._rep is None or self._book is None:
+            raise RuntimeError("decide() before finalize()")
+        book = self._book
+        idx = book.index_of(np.asarray(seq, dtype=np.int64))
+        found = Findings(self.name)
+        dup = np.flatnonzero(self._rep[idx] != idx)
+        if dup.size:
+            names = book.names(self._rep[idx[dup]])
+            found.add(dup, "near_duplicate", self.action_of("near_duplicate"),
+                      detail=[_detail(f"near-duplicate of row {nm}", j)
+                              for nm, j in zip(names, self._dup_j[idx[dup]], strict=True)])
+        hit = np.flatnonzero(self._contam[idx] >= 0)
+        if hit.size:
+            found.add(hit, "contaminated_near", self.action_of("contaminated_near"),
+                      detail=[_detail(f"near-duplicate of {self._ref_name(int(r))}", j)
+                              for r, j in zip(self._contam[idx[hit]], self._contam_j[idx[hit]],
+                                              strict=True)])
+        return BatchResult(None, found, {"near_duplicate": int(dup.size),
+                                         "contaminated_near": int(hit.size)})
+
+    def report_section(self) -> dict[str, Any]:
+        return dict(self._report)
+
+
+def _detail(text: str, jaccard: float) -> str:
+    return text if np.isnan(jaccard) else f"{text} (Jaccard {float(jaccard):.2f})"

@@ -1,0 +1,74 @@
+"""``numeric``: NaN, ±Inf, nulls and out-of-range values in numeric columns (scores, rewards,
+weights). One NaN reward or loss weight turns the whole loss NaN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cleanpipe.stages.base import Action, BatchContext, BatchResult, BatchStage, Findings
+
+
+class NumericCheck(BatchStage):
+    """Check declared numeric columns.
+
+        >>> NumericCheck(fields=["score"], ranges={"score": (0, 1)})(
+        ...     {"score": [0.5, float("nan"), 3.0, None]})
+        {'score': [0.5, None]}
+    """
+
+    name = "numeric"
+    codes = {"nan": Action.DROP, "inf": Action.DROP, "null": Action.FLAG,
+             "out_of_range": Action.DROP, "not_numeric": Action.DROP}
+    forbidden_actions = {c: frozenset({Action.FIX}) for c in
+                         ("nan", "inf", "null", "out_of_range", "not_numeric")}
+
+    fields: list[str]
+    """Numeric columns to check."""
+    ranges: dict[str, tuple[float | None, float | None]] = {}
+    """Inclusive ``[min, max]`` per column (None: unbounded on that side)."""
+
+    def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        found = Findings(self.name)
+        metrics: dict[str, dict[str, int]] = {}
+        for f in self.fields:
+            idx = batch.schema.get_field_index(f)
+            if idx < 0:
+                found.add(np.arange(batch.num_rows), "not_numeric", self.action_of("not_numeric"),
+                          field=f, detail=f"column {f!r} is missing")
+                continue
+            col = batch.column(idx)
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                try:
+                    num = pc.cast(col, pa.float64())
+                except pa.ArrowInvalid:
+                    found.add(pc.is_valid(col), "not_numeric", self.action_of("not_numeric"),
+                              field=f, detail=f"{f} holds text, not numbers")
+                    continue
+                col = num
+            if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
+                    or pa.types.is_boolean(col.type)):
+                found.add(np.arange(batch.num_rows), "not_numeric",
+                          self.action_of("not_numeric"), field=f, detail=f"{f} is {col.type}")
+                continue
+            vals = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+            null = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            nan = np.isnan(vals) & ~null
+            inf = np.isinf(vals)
+            lo, hi = self.ranges.get(f, (None, None))
+            finite = np.isfinite(vals) & ~null
+            out = np.zeros(len(vals), dtype=bool)
+            if lo is not None:
+                out |= finite & (vals < lo)
+            if hi is not None:
+                out |= finite & (vals > hi)
+            for code, mask in (("null", null), ("nan", nan), ("inf", inf),
+                               ("out_of_range", out)):
+                detail = None
+                if code == "out_of_range":
+                    detail = [f"{v:g} outside [{lo}, {hi}]" for v in vals[mask]]
+                found.add(mask, code, self.action_of(code), field=f, detail=detail)
+            metrics[f] = {"null": int(null.sum()), "nan": int(nan.sum()),
+                          "inf": int(inf.sum()), "out_of_range": int(out.sum())}
+        return BatchResult(None, found, metrics)

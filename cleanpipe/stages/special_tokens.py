@@ -1,0 +1,103 @@
+"""``special_tokens``: tokenizer control-token strings found literally inside raw text."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import PrivateAttr, model_validator
+
+from cleanpipe.stages._text_util import examples, plain_input, put, regex_mask
+from cleanpipe.stages.base import Action, Findings, StageError, TextResult, TextStage
+
+
+def tokenizer_tokens(path: str | Path, include: str = "special") -> list[str]:
+    """The added-token strings of a ``tokenizer.json`` (or a model dir holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if not p.is_file():
+        raise StageError(f"special_tokens: no tokenizer.json at {path}")
+    data = json.loads(p.read_text(encoding="utf-8"))
+    return [t["content"] for t in data.get("added_tokens", [])
+            if t.get("content") and (include == "all" or t.get("special"))]
+
+
+class SpecialTokens(TextStage):
+    """Find special-token strings (``<|endoftext|>``, ``<|im_start|>``, ``</s>``, ``[CLS]``).
+
+    A tokenizer turns these literal strings into control tokens, so a sample that contains
+    one ends, or changes role, in the middle. Action ``fix`` (the default) strips them,
+    ``flag`` records them, ``drop`` quarantines the row.
+
+        >>> stage = SpecialTokens(tokens=["<|endoftext|>", "[CLS]"])
+        >>> stage(["an answer<|endoftext|>", "[CLS] text", "clean"])
+        ['an answer', ' text', 'clean']
+    """
+
+    name = "special_tokens"
+    codes = {"special_token": Action.FIX}
+
+    tokenizer: str | None = None
+    """Path to a ``tokenizer.json`` or a model directory holding one."""
+    tokens: list[str] = []
+    """Token strings to look for (added to the tokenizer's)."""
+    include: Literal["special", "all"] = "special"
+    """From the tokenizer: only tokens marked special, or every added token (``<think>``...)."""
+    examples: int = 5
+    """Before/after examples kept per batch."""
+
+    _all: list[str] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _need_tokens(self) -> SpecialTokens:
+        if not self.tokenizer and not self.tokens:
+            raise ValueError("special_tokens needs `tokenizer` (path) or `tokens` (list)")
+        return self
+
+    def setup(self) -> None:
+        if self._all is None:
+            found = tokenizer_tokens(self.tokenizer, self.include) if self.tokenizer else []
+            # Longest first, so a token that contains another is matched whole.
+            self._all = sorted(set(found) | set(self.tokens), key=lambda t: (-len(t), t))
+
+    def transform(self, texts: pa.Array) -> TextResult:
+        self.setup()
+        toks = self._all or []
+        found = Findings(self.name)
+        pattern = "|".join(re.escape(t) for t in toks)
+        rows = np.flatnonzero(regex_mask(texts, pattern))
+        metrics: dict = {"strings": len(texts), "strings_hit": int(rows.size), "tokens": {}}
+        if rows.size == 0:
+            return TextResult(texts, found, metrics)
+        sub = texts.take(pa.array(rows)).cast(pa.large_string())
+        names: list[list[str]] = [[] for _ in range(rows.size)]
+        for t in toks:
+            c = pc.count_substring(sub, t).to_numpy(zero_copy_only=False)
+            if c.sum():
+                metrics["tokens"][t] = int(c.sum())
+                for i in np.flatnonzero(c):
+                    names[i].append(t)
+        out = sub
+        if self.action_of("special_token") is Action.FIX:
+            # Stripping can join the halves of another token ("<|im_<|endoftext|>start|>"),
+            # so repeat until none is left: the result is then stable (idempotent).
+            while True:
+                for t in toks:
+                    out = pc.replace_substring(out, t, "")
+                if not regex_mask(out, pattern).any():
+                    break
+        before, after = examples(np.arange(rows.size), sub, out, self.examples)
+        found.add(rows, "special_token", self.action_of("special_token"),
+                  detail=[",".join(n) for n in names], before=before, after=after)
+        if out is sub:
+            return TextResult(texts, found, metrics)
+        return TextResult(put(texts, rows, out), found, metrics)
+
+    def __call__(self, data: object) -> object:
+        return super().__call__(plain_input(data))

@@ -1,0 +1,86 @@
+"""``trainable_tokens``: samples that keep no supervised token after templating and truncation.
+
+If every label of a sample is -100 the trainer divides a zero loss by zero supervised tokens
+and the batch loss is NaN. That happens when the answer is empty, or when the prompt fills
+the window so that truncation to ``max_length`` cuts the whole answer away.
+
+Supervised tokens are those overlapping an assistant turn (chat) or the response column
+(template); the end-of-turn token is not counted, so an empty answer counts 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field
+
+from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
+from cleanpipe.templating.sequences import supervised_counts
+from cleanpipe.templating.stage import SequenceStage
+
+
+class TrainableTokens(SequenceStage):
+    """Drop samples with fewer than ``min_trainable`` supervised tokens in the window.
+
+        >>> import os, tempfile
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers
+        >>> tk = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+        >>> tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        >>> path = os.path.join(tempfile.mkdtemp(), "tokenizer.json"); tk.save(path)
+        >>> stage = TrainableTokens(tokenizer=path, max_length=3, template="{prompt} {output}")
+        >>> stage({"prompt": ["a b", "a", "a b c"], "output": ["c", "", "d"]})
+        {'prompt': ['a b'], 'output': ['c']}
+    """
+
+    name = "trainable_tokens"
+    codes = {"no_trainable_tokens": Action.DROP, "render_error": Action.DROP}
+    forbidden_actions = {"no_trainable_tokens": frozenset({Action.FIX}),
+                         "render_error": frozenset({Action.FIX})}
+
+    max_length: int | None = Field(default=None, gt=0)
+    """Truncation length of the trainer (right truncation); None: no truncation."""
+    min_trainable: int = Field(default=1, ge=1)
+    """Fewest supervised tokens a sample must keep."""
+
+    def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        rendered = self.render(batch)
+        n = batch.num_rows
+        specials = self._specials()
+        ok = ~np.asarray(rendered.texts.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        empty = np.array([all(e <= s for s, e in sp) for sp in rendered.spans], dtype=bool)
+        trainable = np.full(n, -1, dtype=np.int64)
+        trainable[ok & empty] = 0
+        need = ok & ~empty
+        if self.tok.unit == "bytes" and self.min_trainable == 1:
+            # Byte-level BPE leaves no byte outside a token, so a non-empty answer inside a
+            # window it provably fits in keeps at least one supervised token.
+            limit = self.max_length or np.iinfo(np.int64).max
+            bound = self.tok.upper_bound(rendered.texts, int(min(limit, 2**40)), specials)
+            sure = need & (bound <= limit)
+            trainable[sure] = 1
+            need &= ~sure
+        rows = np.flatnonzero(need)
+        if rows.size:
+            encs = self.tok.encode(rendered.texts.take(pa.array(rows)).to_pylist(), specials)
+            trainable[rows] = supervised_counts([e.offsets for e in encs],
+                                                [rendered.spans[i] for i in rows],
+                                                self.max_length)
+        found = Findings(self.name)
+        errors = [i for i, e in enumerate(rendered.errors) if e]
+        if errors:
+            found.add(errors, "render_error", self.action_of("render_error"),
+                      detail=[rendered.errors[i] for i in errors])
+        bad = np.flatnonzero(ok & (trainable >= 0) & (trainable < self.min_trainable))
+        if bad.size:
+            found.add(bad, "no_trainable_tokens", self.action_of("no_trainable_tokens"), detail=[
+                "empty answer" if empty[i] else
+                f"{trainable[i]} supervised tokens within {self.max_length}" for i in bad])
+        reasons = Counter("empty_answer" if empty[i] else "truncated_away" for i in bad)
+        return BatchResult(None, found, {
+            "rows": n,
+            "tokenized": int(rows.size),
+            "no_trainable_tokens": int(bad.size),
+            "reasons": dict(reasons),
+        })

@@ -1,0 +1,150 @@
+"""Parameters and rendering shared by the stages that measure the trained sequence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import PrivateAttr
+
+from cleanpipe.stages.base import BatchStage, StageError
+from cleanpipe.templating.chat import ChatTemplate
+from cleanpipe.templating.sequences import (
+    Rendered,
+    chat_rows_from_batch,
+    render_chat_rows,
+    render_template_batch,
+    tools_from_batch,
+)
+from cleanpipe.templating.tokenizer import LoadedTokenizer
+
+_MESSAGE_COLUMNS = ("messages", "conversations")
+
+
+@dataclass
+class Measured:
+    """Token counts of one batch: ``counts[i]`` is exact, or -1 where the row was skipped
+    because ``bound[i] ≤ max_length`` proves it short."""
+
+    rendered: Rendered
+    counts: np.ndarray
+    bound: np.ndarray
+    add_special_tokens: bool
+
+    @property
+    def tokenized(self) -> np.ndarray:
+        return self.counts >= 0
+
+
+class SequenceStage(BatchStage):
+    """Base of stages that render records as the trainer does and tokenize them."""
+
+    tokenizer: str
+    """A ``tokenizer.json`` file or a model directory (with ``tokenizer_config.json``)."""
+    template: str | None = None
+    """None: the tokenizer's chat template. ``"alpaca"``, or a format string whose
+    ``{column}`` placeholders are filled from the record (e.g. ``"{prompt}{completion}"``)."""
+    chat_template: str | None = None
+    """Jinja source to use instead of the one in ``tokenizer_config.json``."""
+    messages_field: str | None = None
+    """Chat column (ShareGPT or OpenAI turns); default: ``messages`` or ``conversations``."""
+    prompt_fields: list[str] = ["instruction", "input"]
+    """Without a chat column: the columns joined (by newlines) into the user turn."""
+    response_field: str = "output"
+    """The supervised answer column (chat without a chat column, and templates; a template
+    without this placeholder supervises its last placeholder)."""
+    system_field: str | None = "system"
+    """Column with a system prompt, when present."""
+    tools_field: str | None = "tools"
+    """Column with tool definitions (JSON text or a list), passed to the chat template."""
+    role_map: dict[str, str] = {}
+    """Extra ShareGPT ``from`` → role mappings (``human``/``gpt``/... are built in)."""
+    add_special_tokens: bool | None = None
+    """Let the post-processor add its tokens (BOS, [CLS]/[SEP]). Default: off for chat
+    templates (they write their own, and transformers encodes them without), on for
+    format-string templates."""
+    append_eos: bool = False
+    """Format-string templates: end the sequence with the tokenizer's ``eos_token``."""
+
+    _tok: LoadedTokenizer | None = PrivateAttr(default=None)
+    _chat: ChatTemplate | None = PrivateAttr(default=None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ship parameters only; workers load the tokenizer again in setup().
+        state = super().__getstate__()
+        state["__pydantic_private__"] = {"_tok": None, "_chat": None}
+        return state
+
+    def setup(self) -> None:
+        if self._tok is not None:
+            return
+        try:
+            self._tok = LoadedTokenizer.load(self.tokenizer)
+        except (OSError, ValueError) as e:
+            raise StageError(f"{self.name}: cannot load tokenizer {self.tokenizer!r}: {e}") from e
+        if self.template is None:
+            source = self.chat_template or self._tok.chat_template
+            if source is None:
+                raise StageError(
+                    f"{self.name}: {self.tokenizer} has no chat_template; set `template`"
+                    " (e.g. 'alpaca' or '{prompt}{completion}') or `chat_template`")
+            self._chat = ChatTemplate(source, self._tok.special_token_strings())
+
+    @property
+    def tok(self) -> LoadedTokenizer:
+        self.setup()
+        assert self._tok is not None
+        return self._tok
+
+    def _messages_column(self, batch: pa.RecordBatch) -> str | None:
+        if self.messages_field is not None:
+            if batch.schema.get_field_index(self.messages_field) < 0:
+                raise StageError(f"{self.name}: no column {self.messages_field!r}")
+            return self.messages_field
+        for c in _MESSAGE_COLUMNS:
+            if batch.schema.get_field_index(c) >= 0:
+                return c
+        return None
+
+    def _specials(self) -> bool:
+        if self.add_special_tokens is not None:
+            return self.add_special_tokens
+        return self.template is not None
+
+    def render(self, batch: pa.RecordBatch) -> Rendered:
+        """The sequences of ``batch`` as the trainer builds them."""
+        self.setup()
+        try:
+            if self.template is not None:
+                suffix = ""
+                if self.append_eos:
+                    suffix = self.tok.token_text("eos_token") or ""
+                return render_template_batch(batch, self.template, self.response_field,
+                                             suffix)
+            assert self._chat is not None
+            rows = chat_rows_from_batch(batch, self._messages_column(batch),
+                                        self.prompt_fields, self.response_field,
+                                        self.system_field, self.role_map)
+            return render_chat_rows(rows, self._chat, tools_from_batch(batch, self.tools_field))
+        except (KeyError, ValueError) as e:
+            raise StageError(f"{self.name}: {e}") from e
+
+    def measure(self, batch: pa.RecordBatch, limit: int | None,
+                exact: bool = False) -> Measured:
+        """Render and count; rows provably within ``limit`` are not tokenized (unless
+        ``exact``)."""
+        rendered = self.render(batch)
+        specials = self._specials()
+        ok = ~np.asarray(rendered.texts.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if limit is None or exact:
+            bound = np.full(len(ok), np.inf)
+        else:
+            bound = self.tok.upper_bound(rendered.texts, limit, specials)
+        need = np.flatnonzero(ok & (bound > (limit if limit is not None else -1)))
+        counts = np.full(len(ok), -1, dtype=np.int64)
+        if need.size:
+            texts = rendered.texts.take(pa.array(need)).to_pylist()
+            counts[need] = self.tok.count(texts, specials)
+        return Measured(rendered, counts, bound, specials)

@@ -1,0 +1,235 @@
+"""Loading a tokenizer for counting, a sound upper bound on token counts, and exact counts.
+
+A tokenizer is a ``tokenizer.json`` file or a model directory (``tokenizer.json`` plus an
+optional ``tokenizer_config.json`` with the chat template and special tokens). Padding and
+truncation written into the file are switched off: a count capped at 128 is no count.
+
+Two facts make counting cheap without giving up exactness:
+
+* **A sound upper bound.** For byte-level BPE every token covers at least one byte of the
+  normalised text, so ``tokens ≤ UTF-8 bytes``; for WordPiece every token covers at least one
+  character, so ``tokens ≤ characters``; plus the special tokens the post-processor adds.
+  Only normalisers that never lengthen ASCII are accepted, and non-ASCII records are measured
+  after the tokenizer's own normaliser (NFC/NFKC and lowercasing can lengthen them).
+  Anything else (Metaspace, Replace, a prefix space) gets no bound: every record is encoded.
+* **Additivity at line starts.** For the known pre-tokenizers (GPT-2 / Qwen / Llama-3 split
+  regexes with byte-level, BERT, whitespace) no pre-token holds a newline followed by a
+  non-space character, the normalisers are per character, and no added token holds a
+  newline or strips its neighbours. So the count of a text is the sum of the counts of its
+  pieces cut after each ``\\n`` that precedes a non-space character. Pieces repeat a lot in
+  real corpora (one passage under many prompt templates), and each distinct piece is
+  encoded once per process.
+
+    >>> import json, tempfile, os
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> tk = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    >>> tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    >>> d = tempfile.mkdtemp(); tk.save(os.path.join(d, "tokenizer.json"))
+    >>> lt = LoadedTokenizer.load(d)
+    >>> lt.count(["a b\\nb", "a"]).tolist()
+    [3, 1]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tokenizers import Tokenizer
+
+#: Split regexes whose pre-tokens never contain "\n" followed by a non-space character.
+_KNOWN_SPLIT_REGEXES = frozenset({
+    # Qwen2 / Qwen2.5 / Qwen3
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    # Llama 3 / cl100k
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+    r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+})
+# Normalisers that act character by character and never lengthen ASCII text.
+_LOCAL_NORMALIZERS = frozenset({"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents",
+                                "BertNormalizer"})
+# Strip shortens only, so the bound holds, but it looks at the ends of the whole text.
+_BOUND_ONLY_NORMALIZERS = frozenset({"Strip"})
+_WORD_PRETOKENIZERS = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit",
+                                 "Punctuation", "Digits"})
+# Cut after a newline that precedes a non-space (Python's \S is narrower than Oniguruma's:
+# every character Oniguruma calls a space, Python does too, so no unsafe cut is made).
+_CUT = re.compile(r"(?<=\n)(?=\S)")
+_CACHE_CHARS = 64_000_000
+
+
+def _normalizer_kinds(node: dict | None) -> list[str]:
+    if node is None:
+        return []
+    if node.get("type") == "Sequence":
+        return [k for n in node.get("normalizers", []) for k in _normalizer_kinds(n)]
+    return [node.get("type", "?")]
+
+
+def _pretokenizer_nodes(node: dict | None) -> list[dict]:
+    if node is None:
+        return []
+    if node.get("type") == "Sequence":
+        return [k for n in node.get("pretokenizers", []) for k in _pretokenizer_nodes(n)]
+    return [node]
+
+
+class LoadedTokenizer:
+    """A ``tokenizers.Tokenizer`` ready for counting, with what its files say about it."""
+
+    def __init__(self, tokenizer: Tokenizer, config: dict[str, Any] | None = None,
+                 source: str = "") -> None:
+        self.tokenizer = tokenizer
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.config = config or {}
+        self.source = source
+        spec = json.loads(tokenizer.to_str())
+        self.unit, self.chunkable, self.why_no_bound = _analyse(spec)
+        self._has_normalizer = spec.get("normalizer") is not None
+        self._cache: dict[str, int] = {}
+        self._cache_chars = 0
+
+    @classmethod
+    def load(cls, path: str | Path) -> LoadedTokenizer:
+        """From a ``tokenizer.json`` file or a directory holding one."""
+        p = Path(path)
+        file = p / "tokenizer.json" if p.is_dir() else p
+        if not file.is_file():
+            raise FileNotFoundError(f"no tokenizer.json at {path}")
+        cfg_file = file.parent / "tokenizer_config.json"
+        config = json.loads(cfg_file.read_text(encoding="utf-8")) if cfg_file.is_file() else {}
+        return cls(Tokenizer.from_file(str(file)), config, str(path))
+
+    # -- what the config says ------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """Ids the tokenizer can produce: the base vocabulary plus added tokens."""
+        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def token_text(self, key: str) -> str | None:
+        """``eos_token`` etc. from tokenizer_config.json (plain string or AddedToken dict)."""
+        v = self.config.get(key)
+        if isinstance(v, dict):
+            v = v.get("content")
+        return v if isinstance(v, str) else None
+
+    @property
+    def chat_template(self) -> str | None:
+        t = self.config.get("chat_template")
+        if isinstance(t, list):  # named templates: transformers uses "default"
+            named = {d.get("name"): d.get("template") for d in t if isinstance(d, dict)}
+            t = named.get("default") or next(iter(named.values()), None)
+        return t if isinstance(t, str) else None
+
+    def special_token_strings(self) -> dict[str, str | None]:
+        keys = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token")
+        return {k: self.token_text(k) for k in keys}
+
+    def specials_added(self, add_special_tokens: bool) -> int:
+        return int(self.tokenizer.num_special_tokens_to_add(False)) if add_special_tokens else 0
+
+    # -- bound -----------------------------------------------------------------------------
+    def upper_bound(self, texts: pa.Array, limit: int, add_special_tokens: bool) -> np.ndarray:
+        """Per text, a number ≥ its token count (``inf`` where none is provable).
+
+        Values above ``limit`` may be loose; at or under it they are sound.
+        """
+        n = len(texts)
+        if self.unit is None:
+            return np.full(n, np.inf)
+        texts = pc.fill_null(texts, "")
+        ascii_ = pc.string_is_ascii(texts).to_numpy(zero_copy_only=False)
+        measure = pc.binary_length if self.unit == "bytes" else pc.utf8_length
+        size = measure(texts).to_numpy(zero_copy_only=False).astype(np.float64)
+        if self._has_normalizer:
+            # Normalisers may lengthen non-ASCII text: measure those after normalising, but
+            # only where that could bring the record under the limit.
+            todo = np.flatnonzero(~ascii_ & (size <= limit * 4))
+            if todo.size:
+                norm = self.tokenizer.normalizer.normalize_str
+                vals = texts.take(pa.array(todo)).to_pylist()
+                out = [norm(v) for v in vals]
+                if self.unit == "bytes":
+                    size[todo] = [len(s.encode("utf-8")) for s in out]
+                else:
+                    size[todo] = [len(s) for s in out]
+                size[~ascii_ & (size > limit * 4)] = np.inf
+        return size + self.specials_added(add_special_tokens)
+
+    # -- exact counts ------------------------------------------------------------------------
+    def _encode_counts(self, texts: list[str], add_special_tokens: bool) -> list[int]:
+        enc = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return [len(e.ids) for e in enc(texts, add_special_tokens=add_special_tokens)]
+
+    def count(self, texts: list[str], add_special_tokens: bool = True) -> np.ndarray:
+        """Exact token counts, equal to ``len(encode(text).ids)`` for each text."""
+        texts = [t or "" for t in texts]
+        if not self.chunkable:
+            return np.asarray(self._encode_counts(texts, add_special_tokens), dtype=np.int64)
+        pieces = [_CUT.split(t) for t in texts]
+        cache = self._cache
+        todo = sorted({p for ps in pieces for p in ps if p not in cache})
+        if todo:
+            if self._cache_chars > _CACHE_CHARS:
+                cache.clear()
+                self._cache_chars = 0
+            for p, c in zip(todo, self._encode_counts(todo, False), strict=True):
+                cache[p] = c
+                self._cache_chars += len(p)
+        extra = self.specials_added(add_special_tokens)
+        return np.asarray([sum(cache[p] for p in ps) + extra for ps in pieces], dtype=np.int64)
+
+    def encode(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
+        """Full encodings (ids and character offsets)."""
+        return self.tokenizer.encode_batch([t or "" for t in texts],
+                                           add_special_tokens=add_special_tokens)
+
+
+def _analyse(spec: dict[str, Any]) -> tuple[str | None, bool, str]:
+    """(bound unit: 'bytes' | 'chars' | None, additive at line starts?, why no bound)."""
+    model = spec.get("model", {}) or {}
+    mtype = model.get("type")
+    norms = _normalizer_kinds(spec.get("normalizer"))
+    pres = _pretokenizer_nodes(spec.get("pre_tokenizer"))
+    added = spec.get("added_tokens", []) or []
+    if any(k not in _LOCAL_NORMALIZERS | _BOUND_ONLY_NORMALIZERS for k in norms):
+        return None, False, f"normalizer {norms} may lengthen text"
+    unit: str | None = None
+    why = ""
+    ptypes = [p.get("type") for p in pres]
+    byte_level = [p for p in pres if p.get("type") == "ByteLevel"]
+    if mtype == "BPE" and byte_level and not model.get("dropout"):
+        if any(p.get("add_prefix_space") for p in byte_level):
+            why = "byte-level pre-tokenizer adds a prefix space"
+        elif all(t in {"ByteLevel", "Split"} for t in ptypes):
+            unit = "bytes"
+        else:
+            why = f"pre-tokenizers {ptypes}"
+    elif mtype in {"WordPiece", "WordLevel"} and all(t in _WORD_PRETOKENIZERS for t in ptypes) \
+            and ptypes:
+        unit = "chars"
+    else:
+        why = f"no proof for a {mtype} model with pre-tokenizers {ptypes}"
+    chunkable = unit is not None and not any(k in _BOUND_ONLY_NORMALIZERS for k in norms)
+    if chunkable:
+        for p in pres:
+            t = p.get("type")
+            if t == "Split":
+                pat = (p.get("pattern") or {}).get("Regex")
+                if pat not in _KNOWN_SPLIT_REGEXES or p.get("behavior") != "Isolated" \
+                        or p.get("invert"):
+                    chunkable = False
+            elif t == "ByteLevel":
+                if p.get("use_regex", True) and len(pres) > 1:
+                    chunkable = False
+        if any("\n" in a.get("content", "") or a.get("lstrip") or a.get("rstrip")
+               for a in added):
+            chunkable = False
+    return unit, chunkable, why

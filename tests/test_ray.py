@@ -1,0 +1,194 @@
+"""Ray engine: same kept rows, quarantine and report as the local engine (local 2-CPU cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from cleanpipe import Pipeline
+from cleanpipe.engine.local import Sinks, execute
+from cleanpipe.engine.rows import QuarantineRows
+from cleanpipe.stages.base import (
+    Action,
+    BatchContext,
+    BatchResult,
+    BatchStage,
+    Findings,
+    TextResult,
+    TextStage,
+)
+from cleanpipe.stages.exact_dedup import ExactDedup
+from cleanpipe.stages.minhash_dedup import MinHashDedup
+from tests.conftest import realdata
+
+ray = pytest.importorskip("ray")
+from cleanpipe.engine.ray_engine import execute_ray, run_ray  # noqa: E402
+
+pytestmark = pytest.mark.ray
+REPO = Path(__file__).resolve().parents[1]
+
+
+class StripEot(TextStage):
+    """Removes the literal ``<|endoftext|>`` artifact (fix)."""
+
+    name = "_test_strip_eot"
+    codes = {"eot": Action.FIX}
+
+    def transform(self, texts: pa.Array) -> TextResult:
+        f = Findings(self.name)
+        hit = pc.fill_null(pc.match_substring(texts, "<|endoftext|>"), False)
+        f.add(hit, "eot", self.action_of("eot"))
+        return TextResult(pc.replace_substring(texts, "<|endoftext|>", ""), f,
+                          {"eot_rows": int(pc.sum(hit).as_py() or 0)})
+
+
+class DropBlank(BatchStage):
+    """Drops rows where any text field is empty after trimming whitespace."""
+
+    name = "_test_drop_blank"
+    codes = {"blank": Action.DROP}
+
+    def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        f = Findings(self.name)
+        for field in ctx.text_fields:
+            col = batch.column(batch.schema.get_field_index(field))
+            blank = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(col), ""), True)
+            f.add(blank, "blank", self.action_of("blank"), field=field)
+        return BatchResult(batch, f)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # workers import this module to unpickle the test stages
+    path = os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30,
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    yield
+    ray.shutdown()
+
+
+def _collect(executor: Callable[..., Any], pipe: Pipeline, source: Any) -> dict[str, Any]:
+    """Kept row ids in order, quarantine (id, stage, reasons), the report minus timings."""
+    quarantine: list[tuple[str, str, tuple[str, ...]]] = []
+
+    def on_q(q: QuarantineRows) -> None:
+        quarantine.extend((i, q.stage, tuple(r)) for i, r in
+                          zip(q.row_ids, q.reasons, strict=True))
+
+    events: list[pa.Table] = []
+    gen = executor(pipe.spec, source, Sinks(quarantine=on_q, events=events.append))
+    kept: list[str] = []
+    while True:
+        try:
+            kept.extend(next(gen).row_ids.to_pylist())
+        except StopIteration as stop:
+            state = stop.value
+            break
+    report = pipe._report(state, source, None, False)
+    ev = pa.concat_tables(events).sort_by([("seq", "ascending"), ("stage", "ascending"),
+                                           ("code", "ascending")]) if events else None
+    return {"kept": kept, "quarantine": sorted(quarantine), "report": _comparable(report),
+            "events": ev.to_pylist() if ev is not None else []}
+
+
+def _comparable(report: dict[str, Any]) -> dict[str, Any]:
+    r = json.loads(json.dumps(report, default=str))
+    r.pop("timing")
+    for s in r["stages"]:
+        s.pop("seconds")
+    return r
+
+
+def _same(make: Callable[[], Pipeline], source: Any) -> dict[str, Any]:
+    local = _collect(execute, make(), source)
+    distributed = _collect(execute_ray, make(), source)
+    assert distributed["kept"] == local["kept"]
+    assert distributed["quarantine"] == local["quarantine"]
+    assert distributed["events"] == local["events"]
+    assert distributed["report"] == local["report"]
+    return local
+
+
+def _full(batch_size: int, **minhash: Any) -> Callable[[], Pipeline]:
+    def make() -> Pipeline:
+        return Pipeline(stages=[StripEot(), DropBlank(), ExactDedup(), MinHashDedup(**minhash)],
+                        batch_size=batch_size)
+    return make
+
+
+def test_small_fixture_identical(cluster, tmp_path: Path) -> None:
+    rows = [{"text": t} for t in [
+        "hello world <|endoftext|>", "   ", "hello world ", "the quick brown fox jumps over",
+        "the quick brown fox jumps over", "<|endoftext|>", "a b c d e f g h i j k",
+        "a b c d e f g h i j k l", "unique line one", "unique line two"]]
+    src = tmp_path / "in.jsonl"
+    lines = [json.dumps(r) for r in rows]
+    lines.insert(4, '{"text": broken')  # an unreadable record rides along with its chunk
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    local = _same(_full(3, threshold=0.5, num_perm=64), src)
+    # the fixture exercises every path: fix, drop, read error, both dedups
+    reasons = {r for _, _, rs in local["quarantine"] for r in rs}
+    assert {"blank", "exact_duplicate"} <= reasons
+    assert local["report"]["totals"]["quarantined"] == len(local["quarantine"])
+    assert local["report"]["totals"]["read"] == len(rows) + 1
+    assert local["report"]["totals"]["changed"] >= 1
+
+
+def test_run_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in
+                           ["x <|endoftext|>", "x ", "", "y", "y", "z"]), encoding="utf-8")
+    rep_local = _full(2)().run(src, tmp_path / "local")
+    rep_ray = run_ray(_full(2)(), src, tmp_path / "ray")
+    assert _comparable(rep_ray)["totals"] == _comparable(rep_local)["totals"]
+    for sub in ("data", "quarantine"):
+        a = pq.read_table(sorted((tmp_path / "local" / sub).glob("*.parquet"))).to_pylist()
+        b = pq.read_table(sorted((tmp_path / "ray" / sub).glob("*.parquet"))).to_pylist()
+        assert a == b and a
+
+
+def test_t0_sample_identical(cluster) -> None:
+    """Fast real-data check: 30 of the t0 template files (a few thousand rows)."""
+    folder = realdata("sft_self_instruct_t0_50k", "data_per_template")
+    files = [str(p) for p in sorted(folder.glob("*.jsonl"))[:30]]
+    local = _same(_full(1024), files)
+    assert local["report"]["totals"]["read"] > 3000
+    assert local["quarantine"], "t0 has empty completions and duplicates"
+
+
+@pytest.mark.slow
+def test_t0_full_identical(cluster) -> None:
+    local = _same(_full(4096), realdata("sft_self_instruct_t0_50k", "data_per_template"))
+    assert local["report"]["totals"]["read"] == 55185
+
+
+@pytest.mark.slow
+def test_tldr_full_identical(cluster) -> None:
+    def make() -> Pipeline:
+        return Pipeline(stages=[DropBlank(), ExactDedup(), MinHashDedup()], fields=["text"],
+                        batch_size=2048)
+    local = _same(make, realdata("corpus_tldr_pages", "tldr_pages.jsonl"))
+    assert local["report"]["totals"]["kept"] > 0
+
+
+def test_tldr_head_identical(cluster, tmp_path: Path) -> None:
+    """Fast real-data check on the first 3000 tldr pages (many languages, near-duplicates)."""
+    full = realdata("corpus_tldr_pages", "tldr_pages.jsonl")
+    head = tmp_path / "tldr_head.jsonl"
+    with open(full, encoding="utf-8") as fh, open(head, "w", encoding="utf-8") as out:
+        for _, line in zip(range(3000), fh, strict=False):
+            out.write(line)
+
+    def make() -> Pipeline:
+        return Pipeline(stages=[DropBlank(), ExactDedup(), MinHashDedup()], fields=["text"],
+                        batch_size=512)
+    local = _same(make, head)
+    assert local["report"]["totals"]["read"] == 3000
