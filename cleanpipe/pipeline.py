@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +25,15 @@ import pyarrow.parquet as pq
 from cleanpipe.engine.local import RunState, Sinks, execute
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
-from cleanpipe.io.writers import AtomicDir, PartWriter, dataset_card, write_hf_dataset, write_json
+from cleanpipe.io.writers import (
+    AtomicDir,
+    FixedGroupWriter,
+    OutputError,
+    PartWriter,
+    dataset_card,
+    write_hf_dataset,
+    write_json,
+)
 from cleanpipe.report.build import build_report
 from cleanpipe.spec import PipelineSpec, build_stage, load_spec, spec_from_dict
 from cleanpipe.stages.base import Stage
@@ -137,57 +146,62 @@ class Pipeline:
                 _write_reports(report, Path(report_dir), overwrite=True)
             return report
         atomic = AtomicDir(Path(out), overwrite=overwrite)
-        with atomic as tmp:
-            fmt = self.spec.output.format
-            data_dir = tmp / "data"
-            parts_dir = tmp / ".hf-parts" if fmt == "hf" else data_dir
-            data_w = PartWriter(parts_dir, "train", "jsonl" if fmt == "jsonl" else "parquet",
-                                self.spec.output.rows_per_part)
-            # same format as the data: datasets reads one format per dataset card
-            q_w = PartWriter(tmp / "quarantine", "quarantine",
-                             "jsonl" if fmt == "jsonl" else "parquet")
-            events_w: pq.ParquetWriter | None = None
-            flag_col = self.spec.output.flag_column
+        try:
+            with atomic as tmp:
+                fmt = self.spec.output.format
+                data_dir = tmp / "data"
+                parts_dir = tmp / ".hf-parts" if fmt == "hf" else data_dir
+                data_w = PartWriter(parts_dir, "train", "jsonl" if fmt == "jsonl" else "parquet",
+                                    self.spec.output.rows_per_part)
+                # same format as the data: datasets reads one format per dataset card
+                q_w = PartWriter(tmp / "quarantine", "quarantine",
+                                 "jsonl" if fmt == "jsonl" else "parquet")
+                events_w: FixedGroupWriter | None = None
+                flag_col = self.spec.output.flag_column
 
-            def kept(rows: Rows) -> None:
-                batch = _with_flags(rows, flag_col) if flag_col else rows.data
-                data_w.write(batch, rows.shard)
+                def kept(rows: Rows) -> None:
+                    batch = _with_flags(rows, flag_col) if flag_col else rows.data
+                    data_w.write(batch, rows.shard)
 
-            def quarantine(q: QuarantineRows) -> None:
-                q_w.write(quarantine_batch(q), q.stage)
+                def quarantine(q: QuarantineRows) -> None:
+                    q_w.write(quarantine_batch(q), q.stage)
 
-            def events(t: pa.Table) -> None:
-                nonlocal events_w
-                if events_w is None:
-                    events_w = pq.ParquetWriter(tmp / "events.parquet", EVENTS_SCHEMA,
-                                                compression="zstd")
-                events_w.write_table(t.cast(EVENTS_SCHEMA))
+                def events(t: pa.Table) -> None:
+                    nonlocal events_w
+                    if events_w is None:
+                        events_w = FixedGroupWriter(tmp / "events.parquet", EVENTS_SCHEMA,
+                                                    compression="zstd")
+                    events_w.write_table(t.cast(EVENTS_SCHEMA))
 
-            sinks = Sinks(kept=kept, quarantine=quarantine,
-                          events=events if self.spec.output.events else None)
-            state = self._drain(run_exec(self.spec, source, sinks, workers=workers,
-                                        progress=prog, tmp_dir=tmp))
-            empty_schema = state.input_schema
-            if empty_schema is not None and flag_col:
-                empty_schema = empty_schema.append(pa.field(flag_col, pa.list_(pa.string())))
-            parts = data_w.close(empty_schema)
-            q_w.close()
-            if events_w is not None:
-                events_w.close()
-            elif self.spec.output.events:
-                pq.write_table(EVENTS_SCHEMA.empty_table(), tmp / "events.parquet")
-            if fmt == "hf":
-                write_hf_dataset(parts, data_dir)
-                for p in parts:
-                    p.unlink()
-                parts_dir.rmdir()
-            ext = "jsonl" if fmt == "jsonl" else "parquet"
-            if fmt != "hf":
-                (tmp / "README.md").write_text(
-                    dataset_card(f"data/*.{ext}", f"quarantine/*.{ext}"), encoding="utf-8")
-            report = self._report(state, source, str(out), True)
-            _write_reports(report, tmp)
-            atomic.commit()
+                sinks = Sinks(kept=kept, quarantine=quarantine,
+                              events=events if self.spec.output.events else None)
+                state = self._drain(run_exec(self.spec, source, sinks, workers=workers,
+                                             progress=prog, tmp_dir=tmp))
+                empty_schema = state.input_schema
+                if empty_schema is not None and flag_col:
+                    empty_schema = empty_schema.append(pa.field(flag_col, pa.list_(pa.string())))
+                parts = data_w.close(empty_schema)
+                q_parts = q_w.close(quarantine_batch(QuarantineRows(
+                    None, [], np.zeros(0, np.int64), "", [], [])).schema)
+                if events_w is not None:
+                    events_w.close()
+                elif self.spec.output.events:
+                    pq.write_table(EVENTS_SCHEMA.empty_table(), tmp / "events.parquet")
+                if fmt == "hf":
+                    write_hf_dataset(parts, data_dir)
+                    for p in parts:
+                        p.unlink()
+                    parts_dir.rmdir()
+                ext = "jsonl" if fmt == "jsonl" else "parquet"
+                if fmt != "hf":
+                    (tmp / "README.md").write_text(
+                        dataset_card(f"data/*.{ext}", f"quarantine/*.{ext}", data_w.schema,
+                                     q_w.schema if q_parts else None), encoding="utf-8")
+                report = self._report(state, source, str(out), True)
+                _write_reports(report, tmp)
+                atomic.commit()
+        except OSError as e:
+            raise _output_error(Path(out), e) from e
         return report
 
     @staticmethod
@@ -217,6 +231,28 @@ class Pipeline:
         gate = self.spec.gate if isinstance(self.spec.gate, GateConfig) else GateConfig()
         report["verdict"] = evaluate(report, gate)
         return report
+
+
+#: errors of the output location, not of cleanpipe: the disk, the permissions, the quota
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                  errno.EFBIG}
+
+
+def _output_error(out: Path, e: OSError) -> Exception:
+    """A one-line :class:`OutputError` for a full or unwritable output; else ``e`` itself.
+
+    The temporary folder is already removed (:class:`AtomicDir`), so nothing partial stays.
+    """
+    text = str(e)
+    code = e.errno
+    if code is None and "No space left" in text:  # pyarrow's IO errors carry no errno
+        code = errno.ENOSPC
+    if code not in _OUTPUT_ERRNOS:
+        return e
+    why = os.strerror(code) if code is not None else text
+    hint = ("free some space or choose another --output" if code in (errno.ENOSPC, errno.EDQUOT,
+            errno.EFBIG) else "choose a writable --output")
+    return OutputError(f"{out}: cannot write the output: {why}; {hint} (nothing was written)")
 
 
 def _write_reports(report: dict[str, Any], directory: Path, overwrite: bool = False) -> None:

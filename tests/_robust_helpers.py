@@ -29,7 +29,10 @@ def cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
 
 def read_parts(folder: Path) -> pa.Table:
     files = sorted(folder.glob("*.parquet"))
-    return pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+    t = pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive")
+    if t.num_rows == 0:  # one empty chunk, as datasets.Dataset expects
+        t = pa.Table.from_batches([pa.RecordBatch.from_pylist([], schema=t.schema)])
+    return t
 
 
 def report(out: Path) -> dict[str, Any]:

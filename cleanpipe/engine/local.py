@@ -182,10 +182,14 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
     shards = resolve_sources(source, inp.format)
     state.input_bytes = sum(s.size for s in shards)
     progress.set_total_bytes(state.input_bytes)
-    seq = 0
+    # seq = the shard's base + the record's line (or record) number: ordered, unique, and
+    # independent of the batch size (bad records of a shard ride on its first chunk, so a
+    # running counter would number them differently with every batch size)
+    base = 0
     for shard in shards:
         state.shards += 1
         _fingerprint_shard(state, shard)
+        top = 0
         for chunk in read_shard(shard, opts):
             progress.advance_bytes(chunk.bytes_read)
             n = chunk.batch.num_rows
@@ -202,26 +206,29 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
                             "detail": b.message, "before": (b.raw or "")[:300], "after": None})
                 unreadable = (QuarantineRows(
                     orig=None, row_ids=[f"{b.shard}:{b.line}" for b in chunk.bad],
-                    seq=np.arange(seq + n, seq + n + len(chunk.bad), dtype=np.int64),
+                    seq=base + np.asarray([b.line for b in chunk.bad], dtype=np.int64),
                     stage="read", reasons=[[b.code] for b in chunk.bad],
                     details=[[f"{b.code}: {b.message}"] for b in chunk.bad],
                     raw=[b.raw for b in chunk.bad]))
+            if state.input_schema is None and chunk.batch.num_columns:
+                # an empty file with a header still says what an empty output looks like
+                state.input_schema = chunk.batch.schema
+            top = max([top, *(b.line for b in chunk.bad),
+                       int(chunk.numbers.max()) if n else 0])
             if n == 0:
                 if unreadable is not None:
-                    seq += len(chunk.bad)
                     empty = pa.RecordBatch.from_pylist([])
                     yield Rows(empty, empty, pa.array([], pa.string()), np.zeros(0, np.int64),
                                shard.name, None, unreadable)
                 continue
-            if state.input_schema is None:
-                state.input_schema = chunk.batch.schema
             ids = _row_ids(chunk, inp.id_field)
-            rows = Rows(chunk.batch, chunk.batch, ids, np.arange(seq, seq + n, dtype=np.int64),
-                        shard.name, None, unreadable)
-            seq += n + len(chunk.bad)
+            rows = Rows(chunk.batch, chunk.batch, ids,
+                        base + np.asarray(chunk.numbers, dtype=np.int64), shard.name, None,
+                        unreadable)
             state.read += n
             progress.advance_rows(n)
             yield rows
+        base += top + 1
 
 
 # ------------------------------------------------------------------------------- spill

@@ -155,25 +155,90 @@ class PartWriter:
         return final
 
 
+class FixedGroupWriter:
+    """A Parquet file written in row groups of a fixed size, whatever the batches it is fed,
+    so its bytes depend on the rows alone (not on the batch size or the worker count)."""
+
+    def __init__(self, path: Path, schema: pa.Schema, group_rows: int = 65_536,
+                 compression: str = "zstd") -> None:
+        self._writer = pq.ParquetWriter(path, schema, compression=compression)
+        self._schema = schema
+        self._group = group_rows
+        self._pending: list[pa.Table] = []
+        self._rows = 0
+
+    def write_table(self, table: pa.Table) -> None:
+        self._pending.append(table.cast(self._schema))
+        self._rows += table.num_rows
+        self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        while self._rows >= self._group or (final and self._rows):
+            t = pa.concat_tables(self._pending)
+            n = min(self._group, t.num_rows)
+            self._writer.write_table(t.slice(0, n).combine_chunks(), row_group_size=n)
+            rest = t.slice(n)
+            self._pending = [rest] if rest.num_rows else []
+            self._rows = rest.num_rows
+
+    def close(self) -> None:
+        self._flush(final=True)
+        self._writer.close()
+
+
 def write_hf_dataset(parquet_parts: list[Path], target: Path) -> None:
     """Turn finished Parquet parts into a ``datasets.save_to_disk`` folder at ``target``."""
     import datasets
 
     files = [str(p) for p in parquet_parts]
     table = pa.concat_tables([pq.read_table(f) for f in files]) if files else pa.table({})
+    if table.num_rows == 0:
+        # datasets needs at least one (empty) chunk per column to build a dataset
+        table = pa.Table.from_batches([pa.RecordBatch.from_pylist([], schema=table.schema)])
     ds = datasets.Dataset(table)
     ds.save_to_disk(str(target))
 
 
-def dataset_card(data_glob: str, quarantine_glob: str) -> str:
-    """README.md whose YAML header tells ``datasets.load_dataset(OUT)`` which files are which."""
+def dataset_card(data_glob: str, quarantine_glob: str, data_schema: pa.Schema | None = None,
+                 quarantine_schema: pa.Schema | None = None) -> str:
+    """README.md whose YAML header tells ``datasets.load_dataset(OUT)`` which files are which.
+
+    With the schemas, the header also declares each config's features: datasets cannot infer
+    them from a file with no rows, and an empty result must still load.
+    """
+    import yaml
+
+    configs = [
+        {"config_name": "default", "data_files": [{"split": "train", "path": data_glob}]},
+        {"config_name": "quarantine",
+         "data_files": [{"split": "train", "path": quarantine_glob}]},
+    ]
+    header: dict[str, Any] = {"configs": configs}
+    info = []
+    for name, schema in (("default", data_schema), ("quarantine", quarantine_schema)):
+        features = _features_yaml(schema)
+        if features is not None:
+            info.append({"config_name": name, "features": features})
+    if info:
+        header["dataset_info"] = info
+    # safe_dump: column names come from the data and are quoted as needed, never evaluated
+    head = yaml.safe_dump(header, sort_keys=False, allow_unicode=True)
     return (
-        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
-        f"    path: {data_glob}\n- config_name: quarantine\n  data_files:\n"
-        f"  - split: train\n    path: {quarantine_glob}\n---\n\n"
+        f"---\n{head}---\n\n"
         "# Cleaned by cleanpipe\n\n`data/` holds the cleaned rows; `quarantine/` the rows that"
         " were removed, each with its row id and reasons; `report.json` says what happened.\n"
     )
+
+
+def _features_yaml(schema: pa.Schema | None) -> list[dict[str, Any]] | None:
+    if schema is None or not len(schema):
+        return None
+    try:
+        import datasets
+
+        return datasets.Features.from_arrow_schema(schema)._to_yaml_list()
+    except Exception:  # a type datasets has no feature for: let it infer from the rows
+        return None
 
 
 class AtomicDir:
