@@ -175,9 +175,9 @@ def test_demo_keeps_legitimate_chinese_spacing_and_punctuation(outdir: Path) -> 
 def test_every_sample_file_is_package_data() -> None:
     """A wheel ships the whole sample (the tokenizer sits in a subfolder, which a plain
     ``sample/*`` pattern would miss)."""
-    import tomllib
     from pathlib import PurePosixPath
 
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     patterns = conf["tool"]["setuptools"]["package-data"]["cleanpipe"]
     pkg = SAMPLE_DIR.parent
