@@ -170,3 +170,19 @@ def test_demo_keeps_legitimate_chinese_spacing_and_punctuation(outdir: Path) -> 
     for ch in ("\u3000", "，", "。", "（", "）", "“", "”"):
         # repairs may add some (mojibake decodes to "。"); nothing may remove one
         assert sum(t.count(ch) for t in kept) >= sum(t.count(ch) for t in src), ch
+
+
+def test_every_sample_file_is_package_data() -> None:
+    """A wheel ships the whole sample (the tokenizer sits in a subfolder, which a plain
+    ``sample/*`` pattern would miss)."""
+    from pathlib import PurePosixPath
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = conf["tool"]["setuptools"]["package-data"]["cleanpipe"]
+    pkg = SAMPLE_DIR.parent
+    for f in sorted(SAMPLE_DIR.rglob("*")):
+        if f.is_file() and "__pycache__" not in f.parts:
+            rel = PurePosixPath(f.relative_to(pkg).as_posix())
+            assert any(len(rel.parts) == len(PurePosixPath(p).parts) and rel.match(p)
+                       for p in patterns), rel
