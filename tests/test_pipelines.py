@@ -90,7 +90,7 @@ def test_shipped_pipeline_resolves_its_paths_from_any_directory(
 
 
 def test_readme_standalone_examples() -> None:
-    """The standalone-use examples of docs/README_draft.md, as written there."""
+    """The standalone-use examples of README.md, as written there."""
     import datasets
     import polars as pl
 
