@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_STEP = re.compile(r"^([^.\[\]]+)(\[\*\])?$")
+_STEP = re.compile(r"^([^.\[\]]+)((?:\[\*\])*)$")
 
 
 class FieldError(ValueError):
@@ -33,11 +33,15 @@ class FieldError(ValueError):
 @dataclass(frozen=True)
 class Step:
     name: str
-    is_list: bool
+    lists: int  # how many list levels to unnest after taking the field (``a[*][*]`` → 2)
+
+    @property
+    def is_list(self) -> bool:
+        return self.lists > 0
 
 
 def parse_selector(selector: str) -> list[Step]:
-    """``"messages[*].content"`` → ``[Step('messages', True), Step('content', False)]``."""
+    """``"messages[*].content"`` → ``[Step('messages', 1), Step('content', 0)]``."""
     steps = []
     for part in selector.split("."):
         m = _STEP.match(part.strip())
@@ -46,7 +50,7 @@ def parse_selector(selector: str) -> list[Step]:
                 f"bad field selector {selector!r}: use names joined by '.', with [*] after a"
                 " list, e.g. 'messages[*].content'"
             )
-        steps.append(Step(m.group(1), m.group(2) is not None))
+        steps.append(Step(m.group(1), m.group(2).count("[*]")))
     return steps
 
 
@@ -99,7 +103,7 @@ def flatten_field(batch: pa.RecordBatch, selector: str) -> tuple[pa.Array, np.nd
     for i, step in enumerate(steps):
         if i > 0:
             arr = _child(arr, step.name, selector)
-        if step.is_list:
+        for _ in range(step.lists):
             arr, parents = _list_step(arr, step, selector)
             rows = rows[parents]
     if pa.types.is_null(arr.type):
@@ -113,7 +117,11 @@ def _rebuild(arr: pa.Array, steps: list[Step], new_values: pa.Array, selector: s
     step, rest = steps[0], steps[1:]
     if step.is_list:
         flat = pc.list_flatten(arr)
-        new_flat = _rebuild_inner(flat, rest, new_values, selector)
+        if step.lists > 1:
+            new_flat = _rebuild(flat, [Step(step.name, step.lists - 1), *rest], new_values,
+                                selector)
+        else:
+            new_flat = _rebuild_inner(flat, rest, new_values, selector)
         lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
         offsets = np.zeros(len(arr) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])

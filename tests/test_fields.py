@@ -58,3 +58,13 @@ def test_errors_name_the_selector() -> None:
 def test_discover() -> None:
     assert discover_text_fields(_chat().schema) == [
         "conversations[*].from", "conversations[*].value", "chosen.value"]
+
+
+def test_list_of_lists() -> None:
+    b = pa.RecordBatch.from_pylist([{"n": [["a", "b"], [], None, ["c"]]}, {"n": None}])
+    assert discover_text_fields(b.schema) == ["n[*][*]"]
+    vals, rows = flatten_field(b, "n[*][*]")
+    assert vals.to_pylist() == ["a", "b", "c"] and rows.tolist() == [0, 0, 0]
+    out = rebuild_field(b, "n[*][*]", pa.array(["A", "B", "C"]))
+    assert out.column(0).to_pylist() == [[["A", "B"], [], None, ["C"]], None]
+    assert rebuild_field(b, "n[*][*]", vals).equals(b)
