@@ -53,8 +53,11 @@ class Whitespace(TextStage):
     examples: int = 5
     """Before/after examples kept per code per batch."""
 
-    def transform(self, texts: pa.Array) -> TextResult:
-        unusual = _UNUSUAL if self.keep_ideographic_space else (*_UNUSUAL, 0x3000)
+    def _unusual(self) -> tuple:
+        return _UNUSUAL if self.keep_ideographic_space else (*_UNUSUAL, 0x3000)
+
+    def _rules(self) -> list[Rule]:
+        unusual = self._unusual()
         ws = r"[ \t\n\r\x0B\x0C]"
         rules = [
             Rule("unusual_space", cls(*unusual), replacement=" ", codepoints=expand(*unusual),
@@ -67,8 +70,11 @@ class Whitespace(TextStage):
             Rule("edge_whitespace", f"^{ws}+|{ws}+$", trim=" \t\n\r\x0b\x0c",
                  detail="edges"),
         ]
-        return RuleSet(self.name, rules, self.action_of, self.examples,
-                       scan=_scan(unusual)).apply(texts)
+        return rules
+
+    def transform(self, texts: pa.Array) -> TextResult:
+        return RuleSet(self.name, self._rules(), self.action_of, self.examples,
+                       scan=_scan(self._unusual())).apply(texts)
 
     def __call__(self, data: object) -> object:
         return super().__call__(plain_input(data))
