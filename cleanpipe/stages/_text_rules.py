@@ -1,9 +1,15 @@
 """The columnar engine behind the character-level text stages.
 
 A stage is a list of :class:`Rule` s: a reason code, an RE2 pattern that finds it, and the
-rewrite that fixes it. One RE2 pass over the whole array finds the strings that hold anything
-at all; every further kernel runs on that subset only. Rules whose code is configured as
-``fix`` rewrite the subset in order; the others only record findings.
+rewrite that fixes it. Rules whose code is configured as ``fix`` rewrite in order; the others
+only record findings.
+
+Finding the candidates: with a :class:`~cleanpipe.stages._byte_scan.ByteScan` (every stage
+has one), one compiled pass over the UTF-8 bytes gives each string a bit per rule; each rule
+then runs on its own candidates only, RE2 confirms where the bit is only a superset, strings
+a fix changed are scanned again, and a final trim rule that most strings need alone runs
+over the whole array in one pass. Without a scan, one RE2 union pass finds the strings that
+hold anything (the reference path the tests compare against).
 """
 
 from __future__ import annotations
