@@ -57,7 +57,8 @@ def main() -> None:
     lines = ["# Text repair stages: throughput on the t0 corpus\n",
              f"Command: `{COMMAND}`\n",
              f"Corpus: {len(strings):,} strings (every t0 prompt and completion), {mb:.1f} MB "
-             "UTF-8. One process, one core; best of 3 for the stages, one pass for the "
+             "UTF-8. One process, one core; best of 3 for unicode_fix, 5 for the character "
+             "stages, one pass for the "
              "per-record ftfy reference.\n",
              "## unicode_fix vs per-record `ftfy.fix_text` (same config)\n",
              "| config | ftfy per record | unicode_fix | ratio | strings sent to ftfy | "
