@@ -21,12 +21,14 @@ code                   characters                                   default
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 from ftfy.fixes import fix_surrogates
 
+from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
 from cleanpipe.stages._text_util import plain_input, put, regex_mask
 from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
@@ -37,14 +39,18 @@ _C1 = ((0x80, 0x84), (0x86, 0x9F))
 _SURROGATE_BYTES = r"\xED[\xA0-\xBF][\x80-\xBF]"
 
 
-def _fix_surrogate_bytes(texts: pa.Array) -> tuple[pa.Array, np.ndarray]:
+def _fix_surrogate_bytes(texts: pa.Array, cand: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    """Join/replace UTF-16 surrogates in the strings at ``cand`` (the byte scan's hits)."""
+    if cand.size == 0:
+        return texts, cand
     raw = texts.view(pa.large_binary() if pa.types.is_large_string(texts.type)
-                     else pa.binary())
-    hit = np.flatnonzero(regex_mask(raw, _SURROGATE_BYTES))
+                     else pa.binary()).take(pa.array(cand))
+    hit_local = np.flatnonzero(regex_mask(raw, _SURROGATE_BYTES))
+    hit = cand[hit_local]
     if hit.size == 0:
         return texts, hit
     fixed = [fix_surrogates(b.decode("utf-8", "surrogatepass"))
-             for b in raw.take(pa.array(hit)).to_pylist()]
+             for b in raw.take(pa.array(hit_local)).to_pylist()]
     return put(texts, hit, pa.array(fixed, pa.large_string())), hit
 
 
@@ -72,29 +78,39 @@ class ControlChars(TextStage):
     examples: int = 5
     """Before/after examples kept per code per batch."""
 
-    def _rules(self) -> list[Rule]:
+    def _rules(self) -> tuple[list[Rule], list[tuple]]:
+        """The rules, and for each the code points the byte scan looks for."""
         rules = [
-            Rule("nul", r"\x00", codepoints=(0,)),
-            Rule("c0_control", cls(*_C0), codepoints=expand(*_C0)),
-            Rule("c1_control", r"\x{85}", replacement="\n", codepoints=(0x85,)),
-            Rule("c1_control", cls(*_C1), codepoints=expand(*_C1)),
+            Rule("nul", r"\x00", codepoints=(0,), exact=True),
+            Rule("c0_control", cls(*_C0), codepoints=expand(*_C0), exact=True),
+            Rule("c1_control", r"\x{85}", replacement="\n", codepoints=(0x85,),
+                 exact=True),
+            Rule("c1_control", cls(*_C1), codepoints=expand(*_C1), exact=True),
         ]
+        groups: list[tuple] = [(0,), _C0, (0x85,), _C1]
         if self.line_endings == "lf":
             rules += [Rule("crlf", r"\r\n", replacement="\n", detail="CRLF"),
-                      Rule("cr", r"\r", replacement="\n", detail="CR")]
+                      Rule("cr", r"\r", replacement="\n", detail="CR", exact=True)]
+            groups += [(0x0D,), (0x0D,)]
         if self.unicode_line_breaks == "newline":
             rules.append(Rule("line_separator", r"[\x{2028}\x{2029}]", replacement="\n",
-                              codepoints=(0x2028, 0x2029)))
+                              codepoints=(0x2028, 0x2029), exact=True))
+            groups.append((0x2028, 0x2029))
         rules.append(Rule("replacement_char", r"\x{FFFD}", codepoints=(0xFFFD,),
-                          replacement=""))
-        return rules
+                          replacement="", exact=True))
+        groups.append((0xFFFD,))
+        return rules, groups
 
     def transform(self, texts: pa.Array) -> TextResult:
         found = Findings(self.name)
         hit = np.zeros(0, dtype=np.int64)
         original = texts
+        rules, groups = self._rules()
+        scan = _scan(tuple(groups))
+        surrogate_bit = np.uint32(1 << len(rules))
+        bits = scan(texts)
         if pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type):
-            fixed, hit = _fix_surrogate_bytes(texts)
+            fixed, hit = _fix_surrogate_bytes(texts, np.flatnonzero(bits & surrogate_bit))
             if hit.size:
                 found.add(hit, "lone_surrogate", self.action_of("lone_surrogate"),
                           detail="surrogate code point in UTF-8 bytes")
@@ -103,7 +119,12 @@ class ControlChars(TextStage):
         if hit.size and self.action_of("lone_surrogate") is not Action.FIX:
             # The other kernels need valid UTF-8: leave the damaged strings untouched.
             texts = put(texts, hit, fixed.take(pa.array(hit)))
-        res = RuleSet(self.name, self._rules(), self.action_of, self.examples).apply(texts)
+        if hit.size:
+            # Those strings changed: scan them again.
+            bits[hit] = scan(fixed.take(pa.array(hit)))
+        bits &= ~surrogate_bit
+        res = RuleSet(self.name, rules, self.action_of, self.examples,
+                      scan=scan).apply(texts, bits)
         if hit.size and self.action_of("lone_surrogate") is not Action.FIX:
             out = put(res.texts, hit, original.take(pa.array(hit)).cast(pa.large_string()))
             res = TextResult(out, res.findings, res.metrics)
@@ -113,3 +134,9 @@ class ControlChars(TextStage):
 
     def __call__(self, data: object) -> object:
         return super().__call__(plain_input(data))
+
+
+@functools.cache
+def _scan(groups: tuple) -> ByteScan:
+    # One group per rule, then the UTF-16 surrogates (CESU-8 bytes decode into that range).
+    return ByteScan([*groups, ((0xD800, 0xDFFF),)])

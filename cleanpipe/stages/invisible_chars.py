@@ -22,10 +22,12 @@ N'Ko, and the Indic scripts Devanagari through Sinhala).
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pyarrow as pa
 
+from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
 from cleanpipe.stages._text_util import plain_input
 from cleanpipe.stages.base import Action, TextResult, TextStage
@@ -116,23 +118,30 @@ class InvisibleChars(TextStage):
             Rule("bom", r"^\x{FEFF}", replace=r"^\x{FEFF}+", codepoints=(0xFEFF,), detail="U+FEFF"),
             Rule("zero_width", cls(*_ZW) + r"|(?s:.)\x{FEFF}", replace=cls(*_ZW, 0xFEFF),
                  codepoints=(*_ZW, 0xFEFF)),
-            Rule("zero_width", cls(0x200C, 0x200D), codepoints=(0x200C, 0x200D),
+            Rule("zero_width", cls(0x200C, 0x200D), codepoints=(0x200C, 0x200D), exact=True,
                  fixer=_drop_joiners(self.keep_joiners)),
-            Rule("bidi_control", cls(*_BIDI), codepoints=expand(*_BIDI)),
-            Rule("soft_hyphen", cls(0xAD), codepoints=(0xAD,)),
-            Rule("tag_char", cls(_TAGS), fixer=_drop_tags(self.keep_emoji_tags),
+            Rule("bidi_control", cls(*_BIDI), codepoints=expand(*_BIDI), exact=True),
+            Rule("soft_hyphen", cls(0xAD), codepoints=(0xAD,), exact=True),
+            Rule("tag_char", cls(_TAGS), fixer=_drop_tags(self.keep_emoji_tags), exact=True,
                  detail="U+E0000..U+E007F"),
             Rule("interlinear_annotation", cls((0xFFF9, 0xFFFB)),
-                 codepoints=expand((0xFFF9, 0xFFFB))),
-            Rule("invisible_operator", cls((0x2061, 0x2064)), codepoints=expand((0x2061, 0x2064))),
-            Rule("deprecated_format", cls((0x206A, 0x206F)), codepoints=expand((0x206A, 0x206F))),
+                 codepoints=expand((0xFFF9, 0xFFFB)), exact=True),
+            Rule("invisible_operator", cls((0x2061, 0x2064)),
+                 codepoints=expand((0x2061, 0x2064)), exact=True),
+            Rule("deprecated_format", cls((0x206A, 0x206F)),
+                 codepoints=expand((0x206A, 0x206F)), exact=True),
         ]
 
     def transform(self, texts: pa.Array) -> TextResult:
-        prefilter = cls(*_ZW, 0xFEFF, 0x200C, 0x200D, *_BIDI, 0xAD, _TAGS, (0xFFF9, 0xFFFB),
-                        (0x2061, 0x2064), (0x206A, 0x206F))
         return RuleSet(self.name, self._rules(), self.action_of, self.examples,
-                       prefilter=prefilter).apply(texts)
+                       scan=_scan()).apply(texts)
+
+
+@functools.cache
+def _scan() -> ByteScan:
+    # One group per rule of ``InvisibleChars._rules``, in the same order.
+    return ByteScan([(0xFEFF,), (*_ZW, 0xFEFF), (0x200C, 0x200D), _BIDI, (0xAD,), (_TAGS,),
+                     ((0xFFF9, 0xFFFB),), ((0x2061, 0x2064),), ((0x206A, 0x206F),)])
 
     def __call__(self, data: object) -> object:
         return super().__call__(plain_input(data))

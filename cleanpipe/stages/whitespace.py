@@ -18,8 +18,11 @@ code                what                                                 default
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 
+from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
 from cleanpipe.stages._text_util import plain_input
 from cleanpipe.stages.base import Action, TextResult, TextStage
@@ -50,19 +53,35 @@ class Whitespace(TextStage):
     examples: int = 5
     """Before/after examples kept per code per batch."""
 
-    def transform(self, texts: pa.Array) -> TextResult:
-        unusual = _UNUSUAL if self.keep_ideographic_space else (*_UNUSUAL, 0x3000)
+    def _unusual(self) -> tuple:
+        return _UNUSUAL if self.keep_ideographic_space else (*_UNUSUAL, 0x3000)
+
+    def _rules(self) -> list[Rule]:
+        unusual = self._unusual()
         ws = r"[ \t\n\r\x0B\x0C]"
         rules = [
-            Rule("unusual_space", cls(*unusual), replacement=" ", codepoints=expand(*unusual)),
+            Rule("unusual_space", cls(*unusual), replacement=" ", codepoints=expand(*unusual),
+                 exact=True),
             Rule("space_run", r"[^ \t\n][ \t]{2,}[^ \t\n]", replace=r"([^ \t\n])[ \t]{2,}",
                  replacement=r"\1 ", detail="run"),
-            Rule("trailing_space", r"[ \t]+(\n|$)", replacement=r"\1", detail="trailing"),
-            Rule("blank_lines", r"\n{3,}", replacement="\n\n", detail="blank lines"),
+            Rule("trailing_space", r"[ \t]+(\n|$)", replacement=r"\1", detail="trailing",
+                 exact=True),
+            Rule("blank_lines", r"\n{3,}", replacement="\n\n", detail="blank lines", exact=True),
             Rule("edge_whitespace", f"^{ws}+|{ws}+$", trim=" \t\n\r\x0b\x0c",
                  detail="edges"),
         ]
-        return RuleSet(self.name, rules, self.action_of, self.examples).apply(texts)
+        return rules
+
+    def transform(self, texts: pa.Array) -> TextResult:
+        return RuleSet(self.name, self._rules(), self.action_of, self.examples,
+                       scan=_scan(self._unusual())).apply(texts)
 
     def __call__(self, data: object) -> object:
         return super().__call__(plain_input(data))
+
+
+@functools.cache
+def _scan(unusual: tuple) -> ByteScan:
+    # Bits in the order of the rules in ``Whitespace.transform``.
+    return ByteScan([unusual], space_run=1, trailing_space=2, blank_lines=3,
+                    edge_whitespace=4)
