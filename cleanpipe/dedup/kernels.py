@@ -161,6 +161,38 @@ def xxh32_spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     return out
 
 
+@njit(cache=True)
+def xxh32_shingles(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_word: int,
+                   n_char: int, seed: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+    """XXH32 of every shingle, in one pass: the hashes of :func:`xxh32_spans` over
+    :func:`shingle_spans`, without materialising the spans (two int64 per shingle) or
+    scanning each document twice. Returns ``(hashes, doc_offsets)``."""
+    n_docs = offsets.size - 1
+    longest = 0
+    for d in range(n_docs):
+        ln = offsets[d + 1] - offsets[d]
+        if ln > longest:
+            longest = ln
+    units = np.empty(longest + 1, dtype=np.int64)
+    # A document has at most one shingle per byte, so the bytes bound the output.
+    out = np.empty(data.size, dtype=np.uint32)
+    doc_off = np.zeros(n_docs + 1, dtype=np.int64)
+    w = 0
+    for d in range(n_docs):
+        mode = modes[d]
+        end = offsets[d + 1]
+        k = _doc_units(data, offsets[d], end, mode, units)
+        n = n_word if mode == MODE_WORD else n_char
+        count = 0 if k == 0 else max(1, k - n + 1)
+        for j in range(count):
+            last = min(j + n, k) - 1
+            out[w] = np.uint32(xxh32(data, units[j], _span_end(data, units, k, last, end,
+                                                                mode), seed))
+            w += 1
+        doc_off[d + 1] = w
+    return out[:w].copy(), doc_off
+
+
 @njit(cache=True, inline="always")
 def _fmix32(h: np.uint64) -> np.uint64:
     h = h & MASK32
@@ -233,11 +265,15 @@ def sorted_unique_segments(hashes: np.ndarray, doc_off: np.ndarray) -> tuple[np.
     out = np.empty(hashes.size, dtype=np.uint32)
     new_off = np.zeros(n_docs + 1, dtype=np.int64)
     w = 0
+    # Sorted in place in the output (np.sort would allocate a copy per document), then
+    # compacted left over the duplicates.
+    out[:] = hashes
     for d in range(n_docs):
-        seg = np.sort(hashes[doc_off[d]:doc_off[d + 1]])
-        for i in range(seg.size):
-            if i == 0 or seg[i] != seg[i - 1]:
-                out[w] = seg[i]
+        a, b = doc_off[d], doc_off[d + 1]
+        out[a:b].sort()
+        for i in range(a, b):
+            if i == a or out[i] != out[i - 1]:
+                out[w] = out[i]
                 w += 1
         new_off[d + 1] = w
     return out[:w].copy(), new_off
@@ -245,16 +281,32 @@ def sorted_unique_segments(hashes: np.ndarray, doc_off: np.ndarray) -> tuple[np.
 
 @njit(cache=True)
 def pair_jaccard(sets: np.ndarray, off: np.ndarray, left: np.ndarray,
-                 right: np.ndarray) -> np.ndarray:
-    """Exact Jaccard of the sorted sets of each (left[i], right[i]) document pair."""
+                 right: np.ndarray, at_least: float = 0.0) -> np.ndarray:
+    """Exact Jaccard of the sorted sets of each (left[i], right[i]) document pair.
+
+    With ``at_least`` > 0, a pair that provably stays below it gets -1 instead of its
+    value: sets whose sizes alone bound the Jaccard below it are never merged, and a merge
+    stops once the rest cannot lift the intersection to the needed size.
+    """
     out = np.empty(left.size, dtype=np.float64)
     for t in range(left.size):
         i, j = left[t], right[t]
         p, pe = off[i], off[i + 1]
         q, qe = off[j], off[j + 1]
         na, nb = pe - p, qe - q
+        if at_least > 0.0:
+            # J <= min/max; J >= t  <=>  inter >= t/(1+t) * (na+nb). The slack leaves
+            # pairs at the threshold itself to the caller's exact comparison.
+            if min(na, nb) < at_least * max(na, nb) - 1e-9:
+                out[t] = -1.0
+                continue
+            need = at_least / (1.0 + at_least) * (na + nb) - 1e-9
+        else:
+            need = 0.0
         inter = 0
         while p < pe and q < qe:
+            if inter + min(pe - p, qe - q) < need:
+                break
             if sets[p] == sets[q]:
                 inter += 1
                 p += 1
@@ -263,6 +315,9 @@ def pair_jaccard(sets: np.ndarray, off: np.ndarray, left: np.ndarray,
                 p += 1
             else:
                 q += 1
+        if inter < need:
+            out[t] = -1.0
+            continue
         union = na + nb - inter
         out[t] = inter / union if union > 0 else 0.0
     return out

@@ -13,6 +13,7 @@ from cleanpipe.dedup import cluster, external, kernels
 from cleanpipe.dedup.minhash import (
     HashName,
     Scheme,
+    Shingled,
     lsh_params,
     shingle_hashes,
     signatures,
@@ -173,10 +174,14 @@ class MinHashDedup(GlobalStage):
         sh = shingle_hashes(norm, modes, self.ngram_words, self.ngram_chars, self.hash,
                             self.hash_seed)
         b, r = self.band_rows()
-        keys = kernels.band_keys(signatures(sh, self.num_perm, self.seed, self.scheme), b, r)
         sets = set_off = None
+        signed = sh
         if self.verify == "exact":
             sets, set_off = kernels.sorted_unique_segments(sh.hashes, sh.doc_off)
+            # A minimum ignores repeats: signing the set gives the same signature, cheaper.
+            signed = Shingled(sets, set_off)
+        keys = kernels.band_keys(signatures(signed, self.num_perm, self.seed, self.scheme),
+                                 b, r)
         lengths, snippets = lengths_and_snippets(raw, self.snippet_chars)
         return _Sketch(keys, sh.counts > 0, sets, set_off, lengths, snippets,
                        int(sh.hashes.size))
@@ -248,7 +253,7 @@ class MinHashDedup(GlobalStage):
                 np.zeros(0, np.int64)
             off = np.zeros(total + 1, dtype=np.int64)
             np.cumsum(sizes, out=off[1:])
-            jac = kernels.pair_jaccard(sets, off, left, right)
+            jac = kernels.pair_jaccard(sets, off, left, right, self.threshold)
             ok = jac >= self.threshold
             left, right, jac = left[ok], right[ok], jac[ok]
         else:
