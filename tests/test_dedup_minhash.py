@@ -326,3 +326,9 @@ def test_pair_jaccard_cutoff_keeps_exactly_the_pairs_at_or_above_it():
         assert keep.any() and (~keep).any()
         assert np.array_equal(cut >= t, keep)
         assert np.array_equal(cut[keep], full[keep])
+
+
+def test_shared_bands_counts_equal_keys():
+    keys = np.array([[1, 2, 3, 4], [1, 2, 9, 4], [7, 8, 9, 6]], dtype=np.uint64)
+    got = kernels.shared_bands(keys, np.array([0, 0, 1]), np.array([1, 2, 2]))
+    assert got.tolist() == [3, 0, 1]

@@ -310,6 +310,20 @@ def sorted_unique_segments(hashes: np.ndarray, doc_off: np.ndarray) -> tuple[np.
 
 
 @njit(cache=True)
+def shared_bands(keys: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """How many bands each (left[i], right[i]) pair has the same key in."""
+    out = np.zeros(left.size, dtype=np.int64)
+    bands = keys.shape[1]
+    for t in range(left.size):
+        c = 0
+        for j in range(bands):
+            if keys[left[t], j] == keys[right[t], j]:
+                c += 1
+        out[t] = c
+    return out
+
+
+@njit(cache=True)
 def pair_jaccard(sets: np.ndarray, off: np.ndarray, left: np.ndarray,
                  right: np.ndarray, at_least: float = 0.0) -> np.ndarray:
     """Exact Jaccard of the sorted sets of each (left[i], right[i]) document pair.
