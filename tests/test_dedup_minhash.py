@@ -265,3 +265,70 @@ def test_contamination_with_reference_path(tmp_path):
     assert 0 in out["contaminated_near"]
     assert out["contaminated_near"][0].startswith("near-duplicate of eval.jsonl row 0")
     assert stage.report_section()["contamination"]["rows"] == len(out["contaminated_near"])
+
+
+# -- the fast paths equal the plain ones they replace --------------------------------------
+TRICKY = ["e\u0301cole ｆｕｌｌ，ｗｉｄｔｈ", "中文测试，全角：ＡＢＣ。",
+          "한국어 \u1100\u1161\u11a8",
+          "ﬁnance ① Ⅻ ㎏", "\U0001d400\U0001d401 math", "“curly” café naïve", "plain ascii",
+          "x\u0308 a\u030a", "", "\u00a0nbsp\u2003em", "日本語のテキスト"]
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFKC", "NFD", "NFKD"])
+def test_normalize_skips_only_rows_the_form_leaves_unchanged(form):
+    import pyarrow.compute as pc
+
+    arr = pa.array(TRICKY * 3, pa.large_string())
+    want = normalize(pc.utf8_normalize(arr, form), unicode_form="none")
+    assert normalize(arr, unicode_form=form).equals(want)
+
+
+def test_normalize_fast_path_on_real_chinese_and_english(shared_data):
+    import pyarrow.compute as pc
+
+    english = load_t0(shared_data, limit_files=3)["text"].to_pylist()
+    # Only the rows with non-ASCII text exercise the skip.
+    english = [t for t in english if not t.isascii()][:300]
+    assert english
+    texts = pa.array(load_medical(shared_data)[:300] + english, pa.large_string())
+    want = normalize(pc.utf8_normalize(texts, "NFKC"), unicode_form="none")
+    assert normalize(texts).equals(want)
+
+
+def test_fused_xxh32_shingles_equal_spans_then_hash():
+    docs = [BASE, "", "one", "a b c d e f g", "中文的句子没有空格", " spaced  out  ",
+            BASE + " 中文"]
+    norm = normalize(pa.array(docs))
+    modes = shingle_modes(norm, "auto", 0.3).astype(np.int8)
+    from cleanpipe.dedup.text import buffers
+
+    data, off = buffers(norm)
+    for seed in (0, 5):
+        s, e, doc_off = kernels.shingle_spans(data, off, modes, 5, 2)
+        want = kernels.xxh32_spans(data, s, e, np.uint64(seed))
+        got, got_off = kernels.xxh32_shingles(data, off, modes, 5, 2, np.uint64(seed))
+        assert np.array_equal(got, want) and np.array_equal(got_off, doc_off)
+
+
+def test_pair_jaccard_cutoff_keeps_exactly_the_pairs_at_or_above_it():
+    rng = np.random.default_rng(11)
+    sizes = rng.integers(0, 40, 300)
+    sets = [np.unique(rng.integers(0, 60, s)).astype(np.uint32) for s in sizes]
+    off = np.zeros(len(sets) + 1, dtype=np.int64)
+    off[1:] = np.cumsum([x.size for x in sets])
+    flat = np.concatenate(sets)
+    left = rng.integers(0, len(sets), 5000)
+    right = rng.integers(0, len(sets), 5000)
+    full = kernels.pair_jaccard(flat, off, left, right)
+    for t in (0.3, 0.5, 0.8):
+        cut = kernels.pair_jaccard(flat, off, left, right, t)
+        keep = full >= t
+        assert keep.any() and (~keep).any()
+        assert np.array_equal(cut >= t, keep)
+        assert np.array_equal(cut[keep], full[keep])
+
+
+def test_shared_bands_counts_equal_keys():
+    keys = np.array([[1, 2, 3, 4], [1, 2, 9, 4], [7, 8, 9, 6]], dtype=np.uint64)
+    got = kernels.shared_bands(keys, np.array([0, 0, 1]), np.array([1, 2, 2]))
+    assert got.tolist() == [3, 0, 1]

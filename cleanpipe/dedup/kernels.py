@@ -162,6 +162,58 @@ def xxh32_spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
 
 
 @njit(cache=True, inline="always")
+def _unit_count(data: np.ndarray, start: int, end: int, mode: int) -> int:
+    """How many words (mode 0) or code points (mode 1) ``data[start:end]`` holds."""
+    k = 0
+    if mode == MODE_WORD:
+        prev_space = True
+        for i in range(start, end):
+            space = data[i] == 32
+            if prev_space and not space:
+                k += 1
+            prev_space = space
+    else:
+        for i in range(start, end):
+            if (data[i] & 0xC0) != 0x80:
+                k += 1
+    return k
+
+
+@njit(cache=True)
+def xxh32_shingles(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_word: int,
+                   n_char: int, seed: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+    """XXH32 of every shingle: the hashes of :func:`xxh32_spans` over :func:`shingle_spans`,
+    without materialising the spans (two int64 per shingle). Counting first lets each
+    document hash straight into its own slice. Returns ``(hashes, doc_offsets)``.
+
+    Not ``parallel=True``: on 2 shared cores, and inside the engine's worker processes
+    (already one per core), threads measured no faster.
+    """
+    n_docs = offsets.size - 1
+    counts = np.zeros(n_docs, dtype=np.int64)
+    for d in range(n_docs):
+        k = _unit_count(data, offsets[d], offsets[d + 1], modes[d])
+        n = n_word if modes[d] == MODE_WORD else n_char
+        counts[d] = 0 if k == 0 else max(1, k - n + 1)
+    doc_off = np.zeros(n_docs + 1, dtype=np.int64)
+    for d in range(n_docs):
+        doc_off[d + 1] = doc_off[d] + counts[d]
+    out = np.empty(doc_off[n_docs], dtype=np.uint32)
+    for d in range(n_docs):
+        mode = modes[d]
+        begin, end = offsets[d], offsets[d + 1]
+        units = np.empty(end - begin + 1, dtype=np.int64)
+        k = _doc_units(data, begin, end, mode, units)
+        n = n_word if mode == MODE_WORD else n_char
+        o = doc_off[d]
+        for j in range(counts[d]):
+            last = min(j + n, k) - 1
+            out[o + j] = np.uint32(xxh32(data, units[j],
+                                         _span_end(data, units, k, last, end, mode), seed))
+    return out, doc_off
+
+
+@njit(cache=True, inline="always")
 def _fmix32(h: np.uint64) -> np.uint64:
     h = h & MASK32
     h ^= h >> np.uint64(16)
@@ -184,8 +236,8 @@ def minhash_signatures(hashes: np.ndarray, doc_off: np.ndarray, a: np.ndarray, b
     n_docs = doc_off.size - 1
     k = a.size
     sig = np.full((n_docs, k), np.uint32(0xFFFFFFFF), dtype=np.uint32)
-    cur = np.empty(k, dtype=np.uint64)
     for d in range(n_docs):
+        cur = np.empty(k, dtype=np.uint64)
         for p in range(k):
             cur[p] = MASK32
         for i in range(doc_off[d], doc_off[d + 1]):
@@ -228,33 +280,77 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
 @njit(cache=True)
 def sorted_unique_segments(hashes: np.ndarray, doc_off: np.ndarray) -> tuple[np.ndarray,
                                                                              np.ndarray]:
-    """Each document's hashes sorted and deduplicated (its shingle set), flat."""
+    """Each document's hashes sorted and deduplicated (its shingle set), flat.
+
+    Each document is sorted and compacted inside its own slice of a copy (no allocation
+    per document), then the slices are packed together.
+    """
     n_docs = doc_off.size - 1
-    out = np.empty(hashes.size, dtype=np.uint32)
-    new_off = np.zeros(n_docs + 1, dtype=np.int64)
-    w = 0
+    work = hashes.copy()
+    sizes = np.zeros(n_docs, dtype=np.int64)
     for d in range(n_docs):
-        seg = np.sort(hashes[doc_off[d]:doc_off[d + 1]])
+        a, b = doc_off[d], doc_off[d + 1]
+        seg = work[a:b]
+        seg.sort()
+        w = 0
         for i in range(seg.size):
             if i == 0 or seg[i] != seg[i - 1]:
-                out[w] = seg[i]
+                seg[w] = seg[i]
                 w += 1
-        new_off[d + 1] = w
-    return out[:w].copy(), new_off
+        sizes[d] = w
+    new_off = np.zeros(n_docs + 1, dtype=np.int64)
+    for d in range(n_docs):
+        new_off[d + 1] = new_off[d] + sizes[d]
+    out = np.empty(new_off[n_docs], dtype=np.uint32)
+    for d in range(n_docs):
+        a, o = doc_off[d], new_off[d]
+        for i in range(sizes[d]):
+            out[o + i] = work[a + i]
+    return out, new_off
+
+
+@njit(cache=True)
+def shared_bands(keys: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """How many bands each (left[i], right[i]) pair has the same key in."""
+    out = np.zeros(left.size, dtype=np.int64)
+    bands = keys.shape[1]
+    for t in range(left.size):
+        c = 0
+        for j in range(bands):
+            if keys[left[t], j] == keys[right[t], j]:
+                c += 1
+        out[t] = c
+    return out
 
 
 @njit(cache=True)
 def pair_jaccard(sets: np.ndarray, off: np.ndarray, left: np.ndarray,
-                 right: np.ndarray) -> np.ndarray:
-    """Exact Jaccard of the sorted sets of each (left[i], right[i]) document pair."""
+                 right: np.ndarray, at_least: float = 0.0) -> np.ndarray:
+    """Exact Jaccard of the sorted sets of each (left[i], right[i]) document pair.
+
+    With ``at_least`` > 0, a pair that provably stays below it gets -1 instead of its
+    value: sets whose sizes alone bound the Jaccard below it are never merged, and a merge
+    stops once the rest cannot lift the intersection to the needed size.
+    """
     out = np.empty(left.size, dtype=np.float64)
     for t in range(left.size):
         i, j = left[t], right[t]
         p, pe = off[i], off[i + 1]
         q, qe = off[j], off[j + 1]
         na, nb = pe - p, qe - q
+        if at_least > 0.0:
+            # J <= min/max; J >= t  <=>  inter >= t/(1+t) * (na+nb). The slack leaves
+            # pairs at the threshold itself to the caller's exact comparison.
+            if min(na, nb) < at_least * max(na, nb) - 1e-9:
+                out[t] = -1.0
+                continue
+            need = at_least / (1.0 + at_least) * (na + nb) - 1e-9
+        else:
+            need = 0.0
         inter = 0
         while p < pe and q < qe:
+            if inter + min(pe - p, qe - q) < need:
+                break
             if sets[p] == sets[q]:
                 inter += 1
                 p += 1
@@ -263,6 +359,9 @@ def pair_jaccard(sets: np.ndarray, off: np.ndarray, left: np.ndarray,
                 p += 1
             else:
                 q += 1
+        if inter < need:
+            out[t] = -1.0
+            continue
         union = na + nb - inter
         out[t] = inter / union if union > 0 else 0.0
     return out

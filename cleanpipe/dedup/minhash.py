@@ -71,11 +71,13 @@ def shingle_hashes(texts: pa.Array, modes: np.ndarray, n_word: int, n_char: int,
     datasketch's default ``sha1_hash32`` (hashlib, one call per shingle: exact but slow).
     """
     data, offsets = buffers(texts)
+    if hash_name == "xxh32":
+        hashes, doc_off = kernels.xxh32_shingles(data, offsets, modes.astype(np.int8), n_word,
+                                                 n_char, np.uint64(hash_seed))
+        return Shingled(hashes, doc_off)
     starts, ends, doc_off = kernels.shingle_spans(data, offsets, modes.astype(np.int8),
                                                   n_word, n_char)
-    if hash_name == "xxh32":
-        hashes = kernels.xxh32_spans(data, starts, ends, np.uint64(hash_seed))
-    elif hash_name == "sha1":
+    if hash_name == "sha1":
         raw = data.tobytes()
         hashes = np.fromiter(
             (int.from_bytes(hashlib.sha1(raw[s:e]).digest()[:4], "little")
