@@ -236,22 +236,14 @@ def run_text_stage(stage: TextStage, data: pa.RecordBatch, text_fields: list[str
     return data, findings, metrics
 
 
-def apply_stage(stage: Stage, rows: Rows, text_fields: list[str],
-                flag_codes: bool = False) -> tuple[Rows, QuarantineRows | None, StageBatchStats]:
-    """Run a stateless stage (text or batch) on ``rows``."""
-    t0 = time.perf_counter()
+Applied = tuple[Rows, "QuarantineRows | None", StageBatchStats]
+
+
+def _act(stage: Stage, rows: Rows, data: pa.RecordBatch, findings: Findings,
+         metrics: dict[str, Any], text_fields: list[str], flag_codes: bool,
+         t0: float) -> Applied:
+    """Take the stage's rewritten batch, act on its findings and count them."""
     n_in = rows.num_rows
-    if n_in == 0:
-        return rows, None, StageBatchStats()
-    if isinstance(stage, TextStage):
-        data, findings, metrics = run_text_stage(stage, rows.data, text_fields, rows.shard)
-    elif isinstance(stage, BatchStage):
-        ctx = BatchContext(rows.data, text_fields, rows.row_ids)
-        res = stage.process(rows.data, ctx)
-        data = res.batch if res.batch is not None else rows.data
-        findings, metrics = res.findings, res.metrics
-    else:  # pragma: no cover - the engine routes global stages elsewhere
-        raise TypeError(f"{stage.name} is not a stateless stage")
     rows = dataclasses.replace(rows, data=data)
     kept, q = apply_findings(stage, rows, findings, flag_codes)
     stats = summarize(stage, findings, rows, n_in, kept.num_rows,
@@ -259,21 +251,32 @@ def apply_stage(stage: Stage, rows: Rows, text_fields: list[str],
     return kept, q, stats
 
 
+def apply_stage(stage: Stage, rows: Rows, text_fields: list[str],
+                flag_codes: bool = False) -> Applied:
+    """Run a stateless stage (text or batch) on ``rows``."""
+    t0 = time.perf_counter()
+    if rows.num_rows == 0:
+        return rows, None, StageBatchStats()
+    if isinstance(stage, TextStage):
+        data, findings, metrics = run_text_stage(stage, rows.data, text_fields, rows.shard)
+    elif isinstance(stage, BatchStage):
+        res = stage.process(rows.data, BatchContext(rows.data, text_fields, rows.row_ids))
+        data = res.batch if res.batch is not None else rows.data
+        findings, metrics = res.findings, res.metrics
+    else:  # pragma: no cover - the engine routes global stages elsewhere
+        raise TypeError(f"{stage.name} is not a stateless stage")
+    return _act(stage, rows, data, findings, metrics, text_fields, flag_codes, t0)
+
+
 def apply_decide(stage: GlobalStage, rows: Rows, text_fields: list[str],
-                 flag_codes: bool = False) -> tuple[Rows, QuarantineRows | None, StageBatchStats]:
+                 flag_codes: bool = False) -> Applied:
     """Second pass of a global stage on ``rows``."""
     t0 = time.perf_counter()
-    n_in = rows.num_rows
-    if n_in == 0:
+    if rows.num_rows == 0:
         return rows, None, StageBatchStats()
-    ctx = BatchContext(rows.data, text_fields, rows.row_ids)
-    res = stage.decide(rows.data, rows.seq, ctx)
+    res = stage.decide(rows.data, rows.seq, BatchContext(rows.data, text_fields, rows.row_ids))
     data = res.batch if res.batch is not None else rows.data
-    rows = dataclasses.replace(rows, data=data)
-    kept, q = apply_findings(stage, rows, res.findings, flag_codes)
-    stats = summarize(stage, res.findings, rows, n_in, kept.num_rows,
-                      time.perf_counter() - t0, res.metrics, text_fields)
-    return kept, q, stats
+    return _act(stage, rows, data, res.findings, res.metrics, text_fields, flag_codes, t0)
 
 
 def char_histogram(batch: pa.RecordBatch, text_fields: list[str]) -> list[int]:
