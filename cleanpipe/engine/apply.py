@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,17 +102,22 @@ def _snippet(v: Any, limit: int = 300) -> str | None:
     return s if len(s) <= limit else s[:limit] + "…"
 
 
-def _row_text(batch: pa.RecordBatch, pos: int, fields: list[str]) -> str | None:
-    """The text of one row (its fields joined), for examples whose stage gave no snippet."""
-    one = batch.slice(pos, 1)
-    parts = []
+def _texts_present(batch: pa.RecordBatch, fields: list[str]
+                   ) -> Iterator[tuple[pa.Array, np.ndarray]]:
+    """Flattened strings of those ``fields`` this batch has (for counts and snippets)."""
     for f in fields:
-        if not _present(one, f):
+        if not _present(batch, f):
             continue
         try:
-            values, _ = flatten_field(one, f)
+            yield flatten_field(batch, f)
         except FieldError:
             continue
+
+
+def _row_text(batch: pa.RecordBatch, pos: int, fields: list[str]) -> str | None:
+    """The text of one row (its fields joined), for examples whose stage gave no snippet."""
+    parts = []
+    for values, _ in _texts_present(batch.slice(pos, 1), fields):
         parts.extend(v for v in values.to_pylist() if v)
     return _snippet(" | ".join(parts)) if parts else None
 
@@ -293,13 +299,7 @@ def char_counts(batch: pa.RecordBatch, text_fields: list[str]) -> np.ndarray:
     """Characters per row, all present text fields added up."""
     n = batch.num_rows
     total = np.zeros(n, dtype=np.int64)
-    for f in text_fields:
-        if not _present(batch, f):
-            continue
-        try:
-            values, positions = flatten_field(batch, f)
-        except FieldError:
-            continue
+    for values, positions in _texts_present(batch, text_fields):
         lens = pc.fill_null(pc.utf8_length(values), 0).to_numpy(zero_copy_only=False)
         total += np.bincount(positions, weights=lens, minlength=n).astype(np.int64)
     return total
