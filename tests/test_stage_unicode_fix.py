@@ -48,6 +48,20 @@ def test_fixture_exact_and_explained() -> None:
     assert res.metrics["ftfy_strings"] < len(texts) - 1
 
 
+def test_repeats_ftfy_where_its_own_output_is_not_stable() -> None:
+    # ftfy works per line: fixing the CR makes a new line without the "<" that switched
+    # entity decoding off, so a second fix_text would decode "&ap;". One stage pass does both.
+    text = "&ap;\r<|endoftext|>"
+    cfg = UnicodeFix().ftfy_config()
+    once = ftfy.fix_text(text, cfg)
+    assert once == "&ap;\n<|endoftext|>" and ftfy.fix_text(once, cfg) == "≈\n<|endoftext|>"
+    res = UnicodeFix().transform(pa.array([text, "a\rb"], pa.large_string()))
+    assert res.texts.to_pylist() == ["≈\n<|endoftext|>", "a\nb"]
+    assert res.findings.codes() == {"fix_line_breaks": 2, "unescape_html": 1}
+    again = UnicodeFix().transform(res.texts)
+    assert again.texts.to_pylist() == res.texts.to_pylist() and not again.findings.codes()
+
+
 def test_ftfy_defaults_change_chinese_punctuation() -> None:
     assert UnicodeFix(fix_character_width=True, uncurl_quotes=True)("“你好”，世界") == '"你好",世界'
 

@@ -1,6 +1,12 @@
-"""``unicode_fix``: ftfy's Unicode repair, exact, with a vectorised fast path.
+r"""``unicode_fix``: ftfy's Unicode repair, exact, with a vectorised fast path.
 
-Output equals ``ftfy.fix_text(text, stage.ftfy_config())`` for every string. Most strings
+Output equals ``ftfy.fix_text(text, stage.ftfy_config())`` for every string that ftfy's own
+output is stable on, which is every text field of the real corpora it is tested on. ftfy works
+line by line and one of its fixes can create a line break (``\r`` becomes ``\n``), after which
+a second ``fix_text`` may find more to fix (``"&ap;\r<b>"``: the ``<`` turns off entity
+decoding for the one line, the next pass sees two lines and decodes ``&ap;``). There the stage
+applies ftfy again until the text stops changing, so that running the stage twice gives what
+running it once gave (a cleaned dataset can be cleaned again without new findings). Most strings
 cannot be changed by ftfy at all; :mod:`cleanpipe.stages._text_ftfy_safe` proves that for
 whole arrays with one RE2 pass, and only the rest goes through ftfy (in the engine's worker
 processes, so in parallel across batches).
@@ -61,6 +67,34 @@ def _explain(text: str, config: ftfy.TextFixerConfig) -> tuple[str, dict[str, st
             steps["fix_encoding"] = "→".join(encoding)
         pos = brk
     return "".join(out), steps
+
+
+#: ftfy passes after which a string that still changes is taken as it is (never reached on any
+#: input seen: each pass only fixes what a new line break exposed)
+MAX_PASSES = 8
+
+
+def _fix_until_stable(text: str, config: ftfy.TextFixerConfig) -> tuple[str, dict[str, str]]:
+    r""":func:`_explain` repeated until the text stops changing; the steps of every pass.
+
+        >>> cfg = UnicodeFix().ftfy_config()
+        >>> ftfy.fix_text("&ap;\r<b>", cfg)
+        '&ap;\n<b>'
+        >>> _fix_until_stable("&ap;\r<b>", cfg)
+        ('≈\n<b>', {'fix_line_breaks': 'fix_line_breaks', 'unescape_html': 'unescape_html'})
+    """
+    fixed, steps = _explain(text, config)
+    cur = text
+    for _ in range(MAX_PASSES - 1):
+        if fixed == cur:
+            break
+        cur = fixed
+        fixed, more = _explain(cur, config)
+        for code, detail in more.items():
+            if code == "fix_encoding" and code in steps and steps[code] != detail:
+                detail = f"{steps[code]}; {detail}"
+            steps[code] = detail
+    return fixed, steps
 
 
 class UnicodeFix(TextStage):
@@ -186,7 +220,7 @@ class UnicodeFix(TextStage):
         metrics["line_break_only_strings"] = int(line_fixed.sum())
         rest = cand[~line_fixed]
         for p, text in zip(rest.tolist(), texts.take(pa.array(rest)).to_pylist(), strict=True):
-            fixed, steps = _explain(text, config)
+            fixed, steps = _fix_until_stable(text, config)
             if fixed == text:
                 continue
             for code, detail in steps.items():
