@@ -36,6 +36,7 @@ from cleanpipe.engine.parallel import default_workers, ordered_map
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fields import discover_text_fields
+from cleanpipe.io.filesystems import iter_blocks, reason
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
 from cleanpipe.io.sources import InputError, Shard, resolve_sources
 from cleanpipe.spec import PipelineSpec
@@ -163,12 +164,11 @@ def _fingerprint_shard(state: RunState, shard: Shard) -> None:
     h.update(shard.name.encode())
     if shard.path is None:
         return
-    p = Path(shard.path)
-    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-    for f in files:
-        with open(f, "rb") as fh:
-            while block := fh.read(1 << 22):
-                h.update(block)
+    try:
+        for block in iter_blocks(shard.filesystem, shard.open_path):
+            h.update(block)
+    except OSError as e:
+        raise InputError(f"{shard.path}: cannot read: {reason(e)}") from e
 
 
 def read_rows(spec: PipelineSpec, source: Any, state: RunState,
