@@ -131,7 +131,7 @@ def iter_blocks(fs: pafs.FileSystem, path: str) -> Iterator[bytes]:
     names = ([i.path for i in sorted_files(fs, path)] if info.type == pafs.FileType.Directory
              else [path])
     for name in names:
-        with fs.open_input_stream(name) as fh:
+        with fs.open_input_stream(name, compression=None) as fh:
             while block := fh.read(_BLOCK):
                 yield block
 
@@ -145,11 +145,17 @@ def sorted_files(fs: pafs.FileSystem, base: str) -> list[pafs.FileInfo]:
     return sorted(files, key=lambda i: PurePosixPath(i.path).parts)
 
 
+def is_object_store(fs: pafs.FileSystem) -> bool:
+    """S3 and GCS have no folders: nothing to create before writing a key."""
+    return fs.type_name in ("s3", "gcs")
+
+
 def read_bytes(fs: pafs.FileSystem, path: str) -> bytes:
     """A whole file's bytes (local files without pyarrow's stream, as before)."""
     if is_local(fs):
         return Path(path).read_bytes()
-    with fs.open_input_stream(path) as fh:
+    # compression=None: pyarrow would otherwise gunzip by extension; the readers decompress
+    with fs.open_input_stream(path, compression=None) as fh:
         return fh.readall()
 
 

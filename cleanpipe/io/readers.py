@@ -706,12 +706,12 @@ def _remote_hf_table(shard: Shard) -> pa.Table:
     mapping, so the files hold the rows as they are)."""
     fs, base = shard.filesystem, shard.open_path
     try:
-        with fs.open_input_stream(f"{base}/state.json") as fh:
+        with fs.open_input_stream(f"{base}/state.json", compression=None) as fh:
             state = json.loads(fh.readall())
         files = [f["filename"] for f in state.get("_data_files", [])]
         tables = []
         for name in files:
-            with fs.open_input_stream(f"{base}/{name}") as fh:
+            with fs.open_input_stream(f"{base}/{name}", compression=None) as fh:
                 tables.append(pa.ipc.open_stream(fh).read_all())
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"{shard.path}: not a readable datasets.save_to_disk folder:"

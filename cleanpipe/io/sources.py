@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
+import posixpath
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -142,8 +144,17 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
         return [Shard(str(path), path.name, "hf", None, _dir_size(path))]
     if path.is_dir():
         shards = []
+        hf_roots: list[Path] = []
         for p in sorted(path.rglob("*")):
-            if p.is_dir() or any(_skippable(Path(part)) for part in p.relative_to(path).parts):
+            if any(_skippable(Path(part)) for part in p.relative_to(path).parts):
+                continue
+            if any(r in p.parents for r in hf_roots):
+                continue
+            if p.is_dir():
+                # a save_to_disk folder inside the folder is one shard, not its files
+                if is_hf_dir(p):
+                    hf_roots.append(p)
+                    shards.append(_shard(p, path, fmt))
                 continue
             if fmt == "auto":
                 try:
@@ -160,9 +171,10 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
 def resolve_uri(uri: str, fmt: str = "auto") -> list[Shard]:
     """Shards of a URI: one file, a folder (every file under it, recursively) or a glob.
 
-    Files are ordered by their path components, as a local folder is, and named relative to
-    the folder (or to the glob's fixed part), so moving a corpus from a disk to a bucket keeps
-    its row ids. Listing errors (no bucket, no credentials) are one line naming the URI.
+    Files are ordered and named exactly as for the same tree on a local disk (a folder: by
+    path components, named relative to the folder; a glob: sorted as strings, named relative
+    to the deepest folder common to the matches), so moving a corpus from a disk to a bucket
+    keeps its row ids. Listing errors (no bucket, no credentials) are one line naming the URI.
 
         >>> import tempfile, pathlib
         >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -171,7 +183,7 @@ def resolve_uri(uri: str, fmt: str = "auto") -> list[Shard]:
         >>> [(s.name, s.format) for s in resolve_uri(d.as_uri() + "/")]
         [('b.jsonl', 'jsonl'), ('s/a.csv', 'csv')]
         >>> [s.name for s in resolve_uri(d.as_uri() + "/**/*.csv")]
-        ['s/a.csv']
+        ['a.csv']
     """
     fs, path = filesystem_for(uri, InputError)
     shown = shown_uri(uri, path)
@@ -201,6 +213,8 @@ def resolve_uri(uri: str, fmt: str = "auto") -> list[Shard]:
     done_hf: set[str] = set()
     for i in files:
         r = rel[i.path]
+        if pattern is None and any(_skippable(PurePosixPath(p)) for p in r.split("/")):
+            continue
         hf = next((d for d in hf_dirs if r.startswith(d + "/")), None)
         if hf is not None:
             if hf not in done_hf and (pattern is None or pattern.fullmatch(hf)):
@@ -208,9 +222,7 @@ def resolve_uri(uri: str, fmt: str = "auto") -> list[Shard]:
                 shards.append(_hf_shard(fs, uri, f"{base}/{hf}", hf,
                                         [f for f in files if rel[f.path].startswith(hf + "/")]))
             continue
-        if pattern is not None and not pattern.fullmatch(r):
-            continue
-        if pattern is None and any(_skippable(PurePosixPath(p)) for p in r.split("/")):
+        if pattern is not None and (not pattern.fullmatch(r) or _hidden_for_glob(r, pattern)):
             continue
         if fmt == "auto" and pattern is None:
             try:
@@ -222,7 +234,22 @@ def resolve_uri(uri: str, fmt: str = "auto") -> list[Shard]:
         what = "the pattern matches no file" if pattern is not None else (
             "the folder holds no readable data file")
         raise InputError(f"{shown}: {what}")
-    return shards
+    return _as_local_glob(shards) if pattern is not None else shards
+
+
+def _hidden_for_glob(rel: str, pattern: re.Pattern[str]) -> bool:
+    """Like :func:`glob.glob`: wildcards do not match a leading dot unless the pattern
+    spells one out."""
+    return any(p.startswith(".") for p in rel.split("/")) and "/." not in (
+        "/" + pattern.pattern.replace("\\.", "."))
+
+
+def _as_local_glob(shards: list[Shard]) -> list[Shard]:
+    """Glob matches ordered and named as a local glob orders and names them: sorted as
+    strings, named relative to the deepest folder common to all matches."""
+    shards = sorted(shards, key=lambda s: s.open_path)
+    root = posixpath.commonpath([posixpath.dirname(s.open_path) for s in shards])
+    return [replace(s, name=posixpath.relpath(s.open_path, root)) for s in shards]
 
 
 def _uri_shard(fs: pafs.FileSystem, uri: str, info: pafs.FileInfo, name: str,

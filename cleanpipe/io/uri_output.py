@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 from cleanpipe.io.filesystems import (
     filesystem_for,
     is_local,
+    is_object_store,
     is_uri,
     reason,
     redact,
@@ -94,7 +95,7 @@ class UriDir:
     def commit(self) -> None:
         assert self.tmp is not None, "commit() outside `with`"
         try:
-            if is_local(self.fs):  # object stores have no folders to create
+            if not is_object_store(self.fs):  # object stores have no folders to create
                 self.fs.create_dir(self.remote_tmp, recursive=True)
             pafs.copy_files(str(self.tmp), self.remote_tmp,
                             source_filesystem=pafs.LocalFileSystem(),
@@ -113,7 +114,7 @@ class UriDir:
             for info in sorted_files(self.fs, self.remote_tmp):
                 rel = info.path[len(self.remote_tmp):].lstrip("/")
                 dest = f"{self.target}/{rel}"
-                if is_local(self.fs):
+                if not is_object_store(self.fs):
                     self.fs.create_dir(str(PurePosixPath(dest).parent), recursive=True)
                 self.fs.move(info.path, dest)
             with self.fs.open_output_stream(f"{self.target}/{SUCCESS}") as fh:
@@ -170,7 +171,7 @@ def write_dir_to(local: Path, out: str) -> None:
     """Copy a finished local folder (``check --report-dir``) to a URI; files are replaced."""
     fs, path = filesystem_for(out, OutputError)
     try:
-        if is_local(fs):
+        if not is_object_store(fs):
             fs.create_dir(path, recursive=True)
         pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(),
                         destination_filesystem=fs)
