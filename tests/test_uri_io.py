@@ -139,6 +139,19 @@ def test_s3_overwrite_semantics(s3: S3, tmp_path: Path, capsys) -> None:
     assert f"{prefix}/out/data/train-00000-of-00001.parquet" in keys
 
 
+def test_s3_check_writes_reports_to_a_uri(s3: S3, tmp_path: Path, capsys) -> None:
+    prefix = unique_prefix("chk")
+    s3.put(f"{prefix}/in/x.jsonl", b'{"text": "a"}\n{"text": "a"}\n')
+    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: exact_dedup}]")
+    code, _, err = cli(capsys, "check", str(pipe), "-i", s3.uri(f"{prefix}/in/x.jsonl"),
+                       "--report-dir", s3.uri(f"{prefix}/reports"), "-q")
+    assert code == 0, err
+    assert {"report.json", "report.md", "report.html", "junit.xml"} <= {
+        k.rsplit("/", 1)[1] for k in s3.keys(f"{prefix}/reports")}
+    with s3.fs.open_input_stream(f"cleanpipe-test/{prefix}/reports/report.json") as fh:
+        assert json.loads(fh.readall())["totals"]["quarantined"] == 1
+
+
 def test_s3_t0_shards_same_as_local(s3: S3, tmp_path: Path) -> None:
     src = realdata("sft_self_instruct_t0_50k", "data_per_template")
     names = ["trec_fine_grained_HUM.jsonl",  # an empty shard
