@@ -120,6 +120,31 @@ def test_s3_jsonl_in_parquet_out_same_as_local(s3: S3, tmp_path: Path, capsys) -
     assert f"{prefix}/out/_SUCCESS" in keys
 
 
+def test_s3_text_shards_downloaded_once(s3: S3, tmp_path: Path, monkeypatch) -> None:
+    """The fingerprint and the reader share one download of a remote JSONL shard."""
+    import cleanpipe.engine.local as local_engine
+    import cleanpipe.io.readers as readers
+
+    corpus = _corpus(tmp_path / "corpus")
+    prefix = unique_prefix("once")
+    s3.upload(corpus, f"{prefix}/in")
+    local = Pipeline(stages=[]).run(str(corpus), None)
+    fetched: list[str] = []
+
+    def counting(fs: pafs.FileSystem, path: str) -> bytes:
+        fetched.append(path)
+        return real(fs, path)
+
+    real = local_engine.read_bytes
+    monkeypatch.setattr(local_engine, "read_bytes", counting)
+    monkeypatch.setattr(readers, "read_bytes", counting)
+    monkeypatch.setattr(local_engine, "iter_blocks", lambda *a: pytest.fail("read twice"))
+    report = Pipeline(stages=[]).run(s3.uri(f"{prefix}/in"), None)
+    assert sorted(fetched) == sorted(f"cleanpipe-test/{prefix}/in/{n}" for n in (
+        "a/part-0.jsonl", "a-b/part-1.jsonl.gz", "empty.jsonl", "part-2.jsonl.zst"))
+    assert report["input"]["fingerprint"] == local["input"]["fingerprint"]
+
+
 def test_s3_overwrite_semantics(s3: S3, tmp_path: Path, capsys) -> None:
     src = tmp_path / "x.jsonl"
     src.write_text('{"text": "a"}\n{"text": "b"}\n', encoding="utf-8")

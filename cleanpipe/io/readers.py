@@ -69,7 +69,8 @@ class ReadOptions:
 
 def _open_bytes(shard: Shard) -> bytes:
     try:
-        raw = read_bytes(shard.filesystem, shard.open_path)
+        raw = (shard.prefetched if shard.prefetched is not None
+               else read_bytes(shard.filesystem, shard.open_path))
     except OSError as e:
         raise InputError(f"{shard.path}: cannot read: {reason(e)}") from e
     try:

@@ -34,6 +34,8 @@ from cleanpipe.io.filesystems import (
 )
 
 FORMATS = ("jsonl", "json", "parquet", "csv", "tsv", "arrow", "hf", "text")
+#: formats whose readers take the whole file's bytes (the others seek into it)
+WHOLE_FILE_FORMATS = ("jsonl", "json", "csv", "tsv", "text")
 
 _EXT = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
@@ -61,6 +63,9 @@ class Shard:
     filesystem: pafs.FileSystem = field(default_factory=pafs.LocalFileSystem, compare=False,
                                         repr=False)
     fs_path: str | None = None  # the path inside ``filesystem`` when it differs from ``path``
+    # the shard's bytes when already downloaded (a remote text shard is fetched once for the
+    # fingerprint and the reader)
+    prefetched: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def open_path(self) -> str:
