@@ -350,7 +350,7 @@ class _Recorder:
     so :class:`UriDir` takes its object-store path; it logs moves and writes, and can fail
     the n-th move."""
 
-    def __init__(self, fail_move: int | None = None) -> None:
+    def __init__(self, fail_move: int | None = None, no_move: bool = False) -> None:
         import fsspec.implementations.local as fl
 
         log: list[tuple[str, str]] = []
@@ -360,6 +360,8 @@ class _Recorder:
             cachable = False
 
             def mv(self, path1: str, path2: str, **kw: Any) -> None:
+                if no_move:
+                    raise NotImplementedError("this store cannot move")
                 log.append(("mv", path2))
                 if fail[0] is not None and sum(1 for e in log if e[0] == "mv") == fail[0]:
                     raise OSError("simulated: the store dropped the connection")
@@ -394,6 +396,19 @@ def test_uri_dir_writes_success_marker_last(tmp_path: Path) -> None:
         "data/train-00000-of-00001.parquet", "report.json"]
     assert rec.log[-1] == ("write", f"{target}/_SUCCESS")
     assert sorted(p.name for p in (tmp_path / "bucket").iterdir()) == ["out"]  # no tmp prefix
+
+
+def test_uri_dir_without_move_copies(tmp_path: Path) -> None:
+    rec = _Recorder(no_move=True)
+    (tmp_path / "bucket").mkdir()
+    target = tmp_path / "bucket" / "out"
+    out = UriDir(rec.fs, str(target), "mem://bucket/out")
+    with out as staging:
+        _fill(staging)
+        out.commit()
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()
+                  ) == ["_SUCCESS", "data/train-00000-of-00001.parquet", "report.json"]
+    assert sorted(p.name for p in (tmp_path / "bucket").iterdir()) == ["out"]
 
 
 def test_uri_dir_failed_move_leaves_no_marker(tmp_path: Path) -> None:

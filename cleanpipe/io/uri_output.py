@@ -116,7 +116,7 @@ class UriDir:
                 dest = f"{self.target}/{rel}"
                 if not is_object_store(self.fs):
                     self.fs.create_dir(str(PurePosixPath(dest).parent), recursive=True)
-                self.fs.move(info.path, dest)
+                _move(self.fs, info.path, dest)
             with self.fs.open_output_stream(f"{self.target}/{SUCCESS}") as fh:
                 fh.write(b"")
         except OSError as e:
@@ -144,6 +144,16 @@ class UriDir:
 def _split(path: str) -> tuple[str, str]:
     parent, _, name = path.rstrip("/").rpartition("/")
     return parent, name
+
+
+def _move(fs: pafs.FileSystem, src: str, dest: str) -> None:
+    """Move one file; where a filesystem has no move, copy then delete (what S3 and GCS do
+    server-side anyway)."""
+    try:
+        fs.move(src, dest)
+    except NotImplementedError:  # pyarrow's ArrowNotImplementedError is one too
+        fs.copy_file(src, dest)
+        fs.delete_file(src)
 
 
 def _delete_if_present(fs: pafs.FileSystem, path: str) -> None:
