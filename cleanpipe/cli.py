@@ -220,8 +220,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _common_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("pipeline", help="pipeline YAML file")
-    p.add_argument("--input", "-i", nargs="+", help="input file(s), folder or glob (overrides"
-                   " input.path)")
+    p.add_argument("--input", "-i", nargs="+", help="input file(s), folder or glob, local or a"
+                   " URI such as s3://bucket/prefix/ (overrides input.path)")
     p.add_argument("--fields", help="comma-separated text fields (overrides fields:)")
     p.add_argument("--workers", "-j", type=int, help="worker processes (default: all cores)")
     p.add_argument("--batch-size", type=int)
@@ -241,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="clean a dataset: write data, quarantine and reports")
     _common_run_args(p)
-    p.add_argument("--output", "-o", help="output folder (overrides output.path)")
+    p.add_argument("--output", "-o", help="output folder, local or a URI such as"
+                   " s3://bucket/cleaned (overrides output.path)")
     p.add_argument("--format", choices=["parquet", "jsonl", "hf"])
     p.set_defaults(func=cmd_run)
 

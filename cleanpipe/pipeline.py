@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ import pyarrow.parquet as pq
 from cleanpipe.engine.local import RunState, Sinks, execute
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.io.filesystems import is_uri, redact
+from cleanpipe.io.uri_output import output_dir, write_dir_to
 from cleanpipe.io.writers import (
-    AtomicDir,
     FixedGroupWriter,
     OutputError,
     PartWriter,
@@ -143,9 +145,9 @@ class Pipeline:
                                         progress=prog))
             report = self._report(state, source, None, False)
             if report_dir is not None:
-                _write_reports(report, Path(report_dir), overwrite=True)
+                _write_report_dir(report, report_dir)
             return report
-        atomic = AtomicDir(Path(out), overwrite=overwrite)
+        atomic = output_dir(out, overwrite=overwrite)
         try:
             with atomic as tmp:
                 fmt = self.spec.output.format
@@ -197,11 +199,11 @@ class Pipeline:
                     (tmp / "README.md").write_text(
                         dataset_card(f"data/*.{ext}", f"quarantine/*.{ext}", data_w.schema,
                                      q_w.schema if q_parts else None), encoding="utf-8")
-                report = self._report(state, source, str(out), True)
+                report = self._report(state, source, redact(os.fspath(out)), True)
                 _write_reports(report, tmp)
                 atomic.commit()
         except OSError as e:
-            raise _output_error(Path(out), e) from e
+            raise _output_error(redact(os.fspath(out)), e) from e
         return report
 
     @staticmethod
@@ -215,11 +217,12 @@ class Pipeline:
     def _report(self, state: RunState, source: Any, output: str | None,
                 written: bool) -> dict[str, Any]:
         self.last_state = state
+        # redact: a URI may carry credentials, and the report is shared
         if isinstance(source, (str, os.PathLike)):
-            desc = [os.fspath(source)]
+            desc = [redact(os.fspath(source))]
         elif isinstance(source, (list, tuple)):
-            desc = [os.fspath(s) if isinstance(s, (str, os.PathLike)) else type(s).__name__
-                    for s in source]
+            desc = [redact(os.fspath(s)) if isinstance(s, (str, os.PathLike))
+                    else type(s).__name__ for s in source]
         else:
             desc = [f"<{type(source).__name__}>"]
         report = build_report(self.spec, state, input_desc=desc, output_path=output,
@@ -238,7 +241,7 @@ _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.E
                   errno.EFBIG}
 
 
-def _output_error(out: Path, e: OSError) -> Exception:
+def _output_error(out: str | Path, e: OSError) -> Exception:
     """A one-line :class:`OutputError` for a full or unwritable output; else ``e`` itself.
 
     The temporary folder is already removed (:class:`AtomicDir`), so nothing partial stays.
@@ -253,6 +256,17 @@ def _output_error(out: Path, e: OSError) -> Exception:
     hint = ("free some space or choose another --output" if code in (errno.ENOSPC, errno.EDQUOT,
             errno.EFBIG) else "choose a writable --output")
     return OutputError(f"{out}: cannot write the output: {why}; {hint} (nothing was written)")
+
+
+def _write_report_dir(report: dict[str, Any], report_dir: str | Path) -> None:
+    """``check --report-dir``: a local folder, or a URI (written locally, then copied)."""
+    text = os.fspath(report_dir)
+    if not is_uri(text):
+        _write_reports(report, Path(text), overwrite=True)
+        return
+    with tempfile.TemporaryDirectory(prefix="cleanpipe-reports-") as tmp:
+        _write_reports(report, Path(tmp), overwrite=True)
+        write_dir_to(Path(tmp), text)
 
 
 def _write_reports(report: dict[str, Any], directory: Path, overwrite: bool = False) -> None:

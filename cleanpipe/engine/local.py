@@ -13,7 +13,7 @@ import pickle
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,9 @@ from cleanpipe.engine.parallel import default_workers, ordered_map
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fields import discover_text_fields
+from cleanpipe.io.filesystems import is_local, iter_blocks, read_bytes, reason
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
-from cleanpipe.io.sources import InputError, Shard, resolve_sources
+from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
 from cleanpipe.spec import PipelineSpec
 from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
@@ -163,12 +164,26 @@ def _fingerprint_shard(state: RunState, shard: Shard) -> None:
     h.update(shard.name.encode())
     if shard.path is None:
         return
-    p = Path(shard.path)
-    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-    for f in files:
-        with open(f, "rb") as fh:
-            while block := fh.read(1 << 22):
-                h.update(block)
+    if shard.prefetched is not None:
+        h.update(shard.prefetched)
+        return
+    try:
+        for block in iter_blocks(shard.filesystem, shard.open_path):
+            h.update(block)
+    except OSError as e:
+        raise InputError(f"{shard.path}: cannot read: {reason(e)}") from e
+
+
+def _fetch_once(shard: Shard) -> Shard:
+    """A remote shard whose reader takes all its bytes anyway, with the bytes attached: one
+    download serves the fingerprint and the reader (local files are read from disk twice,
+    which the page cache makes cheap)."""
+    if is_local(shard.filesystem) or shard.format not in WHOLE_FILE_FORMATS:
+        return shard
+    try:
+        return replace(shard, prefetched=read_bytes(shard.filesystem, shard.open_path))
+    except OSError as e:
+        raise InputError(f"{shard.path}: cannot read: {reason(e)}") from e
 
 
 def read_rows(spec: PipelineSpec, source: Any, state: RunState,
@@ -188,6 +203,7 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
     base = 0
     for shard in shards:
         state.shards += 1
+        shard = _fetch_once(shard)
         _fingerprint_shard(state, shard)
         top = 0
         for chunk in read_shard(shard, opts):

@@ -22,7 +22,6 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +31,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from cleanpipe.io.filesystems import is_local, read_bytes, reason
 from cleanpipe.io.sources import InputError, Shard, resolve_sources
 
 
@@ -68,11 +68,11 @@ class ReadOptions:
 
 
 def _open_bytes(shard: Shard) -> bytes:
-    assert shard.path is not None
     try:
-        raw = Path(shard.path).read_bytes()
+        raw = (shard.prefetched if shard.prefetched is not None
+               else read_bytes(shard.filesystem, shard.open_path))
     except OSError as e:
-        raise InputError(f"{shard.path}: cannot read: {e.strerror or e}") from e
+        raise InputError(f"{shard.path}: cannot read: {reason(e)}") from e
     try:
         if shard.compression == "gzip":
             return gzip.decompress(raw) if raw else raw
@@ -631,10 +631,21 @@ def _read_text(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
 
 
-def _read_parquet(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
-    assert shard.path is not None
+def _random_access(shard: Shard) -> Any:
+    """What pyarrow's Parquet/IPC readers open: the local path, or a seekable remote file
+    (Parquet then fetches the footer and the row groups it reads, not the whole object)."""
+    if is_local(shard.filesystem):
+        return shard.open_path
     try:
-        pf = pq.ParquetFile(shard.path)
+        return shard.filesystem.open_input_file(shard.open_path)
+    except OSError as e:
+        raise InputError(f"{shard.path}: cannot read: {reason(e)}") from e
+
+
+def _read_parquet(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    source = _random_access(shard)
+    try:
+        pf = pq.ParquetFile(source)
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{shard.path}: not a readable Parquet file: {e}") from e
     start = 1
@@ -653,14 +664,19 @@ def _read_parquet(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                     np.zeros(0, np.int64), [], shard.size)
 
 
+def _open_ipc(shard: Shard) -> Any:
+    if is_local(shard.filesystem):
+        return pa.memory_map(shard.open_path)
+    return _random_access(shard)
+
+
 def _read_arrow(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
-    assert shard.path is not None
     try:
-        source = pa.memory_map(shard.path)
+        source = _open_ipc(shard)
         try:
             table = pa.ipc.open_file(source).read_all()
         except pa.ArrowInvalid:
-            source = pa.memory_map(shard.path)
+            source = _open_ipc(shard)
             table = pa.ipc.open_stream(source).read_all()
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{shard.path}: not a readable Arrow IPC/Feather file: {e}") from e
@@ -669,6 +685,10 @@ def _read_arrow(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
 
 
 def _read_hf(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    if not is_local(shard.filesystem):
+        yield from _read_memory(Shard(shard.path, shard.name, "memory",
+                                      obj=_remote_hf_table(shard)), opts)
+        return
     import datasets
 
     try:
@@ -679,6 +699,30 @@ def _read_hf(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
         raise InputError(f"{shard.path}: holds a DatasetDict ({', '.join(ds)}); point at one"
                          " split's folder")
     yield from _read_memory(Shard(shard.path, shard.name, "memory", obj=ds), opts)
+
+
+def _remote_hf_table(shard: Shard) -> pa.Table:
+    """A save_to_disk folder on an object store, read with pyarrow alone: ``state.json``
+    lists its Arrow stream files in order (``save_to_disk`` has already applied any index
+    mapping, so the files hold the rows as they are)."""
+    fs, base = shard.filesystem, shard.open_path
+    try:
+        with fs.open_input_stream(f"{base}/state.json", compression=None) as fh:
+            state = json.loads(fh.readall())
+        files = [f["filename"] for f in state.get("_data_files", [])]
+        tables = []
+        for name in files:
+            with fs.open_input_stream(f"{base}/{name}", compression=None) as fh:
+                tables.append(pa.ipc.open_stream(fh).read_all())
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{shard.path}: not a readable datasets.save_to_disk folder:"
+                         f" {reason(e)}") from e
+    if state.get("_indices_data_files"):
+        raise InputError(f"{shard.path}: a save_to_disk folder with an indices mapping; save it"
+                         " again after dataset.flatten_indices()")
+    if not tables:
+        raise InputError(f"{shard.path}: a save_to_disk folder with no data file")
+    return pa.concat_tables(tables, promote_options="default")
 
 
 def _memory_table(obj: Any) -> Iterator[pa.Table]:

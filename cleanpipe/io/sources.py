@@ -1,4 +1,8 @@
-"""Resolve what a user points at (a file, a directory, a glob, in-memory data) into shards.
+"""Resolve what a user points at (a file, a directory, a glob, a URI, in-memory data) into shards.
+
+A URI (``s3://bucket/sft/``, ``gs://...``, ``file:///data/sft/``, with or without a glob)
+is listed through its pyarrow filesystem with the same rules as a local folder, so the same
+tree gives the same shards, in the same order, with the same row ids wherever it lives.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -11,11 +15,27 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
-from pathlib import Path
+import posixpath
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+import pyarrow.fs as pafs
+
+from cleanpipe.io.filesystems import (
+    filesystem_for,
+    glob_regex,
+    is_uri,
+    missing,
+    reason,
+    shown_uri,
+    sorted_files,
+)
+
 FORMATS = ("jsonl", "json", "parquet", "csv", "tsv", "arrow", "hf", "text")
+#: formats whose readers take the whole file's bytes (the others seek into it)
+WHOLE_FILE_FORMATS = ("jsonl", "json", "csv", "tsv", "text")
 
 _EXT = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
@@ -33,12 +53,26 @@ class InputError(Exception):
 class Shard:
     """One file (or save_to_disk directory, or in-memory object) to read."""
 
-    path: str | None
+    path: str | None  # where it is, as messages name it: a local path or a URI
     name: str  # relative name used in row ids
     format: str
     compression: str | None = None
     size: int = 0
     obj: Any = None  # in-memory data (Table, DataFrame, datasets.Dataset)
+    # a pyarrow FileSystem is not hashable: it stays out of == and hash()
+    filesystem: pafs.FileSystem = field(default_factory=pafs.LocalFileSystem, compare=False,
+                                        repr=False)
+    fs_path: str | None = None  # the path inside ``filesystem`` when it differs from ``path``
+    # the shard's bytes when already downloaded (a remote text shard is fetched once for the
+    # fingerprint and the reader)
+    prefetched: bytes | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def open_path(self) -> str:
+        """The path to hand to ``filesystem`` (``bucket/key`` for s3://bucket/key)."""
+        path = self.fs_path or self.path
+        assert path is not None, "an in-memory shard has no path"
+        return path
 
 
 def is_hf_dir(path: Path) -> bool:
@@ -46,7 +80,8 @@ def is_hf_dir(path: Path) -> bool:
         path / "dataset_info.json").exists()
 
 
-def _detect(path: Path, fmt: str) -> tuple[str, str | None]:
+def _detect(path: Path | PurePosixPath, fmt: str, shown: str | None = None
+            ) -> tuple[str, str | None]:
     name = path.name.lower()
     comp = None
     for ext, c in _COMPRESSION.items():
@@ -59,7 +94,7 @@ def _detect(path: Path, fmt: str) -> tuple[str, str | None]:
         if name.endswith(ext):
             return f, comp
     raise InputError(
-        f"{path}: cannot tell the format from the file name; set input.format to one of"
+        f"{shown or path}: cannot tell the format from the file name; set input.format to one of"
         f" {', '.join(FORMATS)}"
     )
 
@@ -76,7 +111,7 @@ def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _skippable(path: Path) -> bool:
+def _skippable(path: Path | PurePosixPath) -> bool:
     n = path.name
     return n.startswith(".") or n.startswith("_") or n.lower() in {
         "readme.md", "license", "license.md", "license.txt", "provenance.md"}
@@ -87,7 +122,8 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
 
     Directory contents are read recursively in sorted order (so row ids and output order are
     stable); hidden files, ``_``-prefixed files and README/LICENSE files are skipped, and with
-    ``fmt="auto"`` so are files whose extension names no known format.
+    ``fmt="auto"`` so are files whose extension names no known format. A URI is listed the
+    same way on its filesystem (:func:`resolve_uri`).
     """
     if isinstance(spec, (list, tuple)):
         out: list[Shard] = []
@@ -97,6 +133,8 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
     if not isinstance(spec, (str, os.PathLike)):
         return [Shard(None, type(spec).__name__, "memory", obj=spec)]
     text = os.fspath(spec)
+    if is_uri(text):
+        return resolve_uri(text, fmt)
     path = Path(text).expanduser()
     if any(ch in text for ch in "*?["):
         matches = sorted(glob.glob(text, recursive=True))
@@ -111,8 +149,17 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
         return [Shard(str(path), path.name, "hf", None, _dir_size(path))]
     if path.is_dir():
         shards = []
+        hf_roots: list[Path] = []
         for p in sorted(path.rglob("*")):
-            if p.is_dir() or any(_skippable(Path(part)) for part in p.relative_to(path).parts):
+            if any(_skippable(Path(part)) for part in p.relative_to(path).parts):
+                continue
+            if any(r in p.parents for r in hf_roots):
+                continue
+            if p.is_dir():
+                # a save_to_disk folder inside the folder is one shard, not its files
+                if is_hf_dir(p):
+                    hf_roots.append(p)
+                    shards.append(_shard(p, path, fmt))
                 continue
             if fmt == "auto":
                 try:
@@ -124,3 +171,100 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
             raise InputError(f"{path}: the directory holds no readable data file")
         return shards
     return [_shard(path, None, fmt)]
+
+
+def resolve_uri(uri: str, fmt: str = "auto") -> list[Shard]:
+    """Shards of a URI: one file, a folder (every file under it, recursively) or a glob.
+
+    Files are ordered and named exactly as for the same tree on a local disk (a folder: by
+    path components, named relative to the folder; a glob: sorted as strings, named relative
+    to the deepest folder common to the matches), so moving a corpus from a disk to a bucket
+    keeps its row ids. Listing errors (no bucket, no credentials) are one line naming the URI.
+
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "b.jsonl").write_text("{}\\n"); (d / "s").mkdir()
+        >>> _ = (d / "s" / "a.csv").write_text("x\\n1\\n")
+        >>> [(s.name, s.format) for s in resolve_uri(d.as_uri() + "/")]
+        [('b.jsonl', 'jsonl'), ('s/a.csv', 'csv')]
+        >>> [s.name for s in resolve_uri(d.as_uri() + "/**/*.csv")]
+        ['a.csv']
+    """
+    fs, path = filesystem_for(uri, InputError)
+    shown = shown_uri(uri, path)
+    parts = path.split("/")
+    wild = next((i for i, p in enumerate(parts) if any(ch in p for ch in "*?[")), None)
+    base = "/".join(parts[:wild]) if wild is not None else path
+    try:
+        info = fs.get_file_info(base)
+        if wild is None and info.type == pafs.FileType.File:
+            return [_uri_shard(fs, uri, info, PurePosixPath(info.path).name, fmt)]
+        if info.type != pafs.FileType.Directory:
+            raise InputError(f"{shown}: {missing(fs, base)}")
+        files = sorted_files(fs, base)
+    except OSError as e:
+        raise InputError(f"{shown}: cannot list: {reason(e)}") from e
+    rel = {i.path: i.path[len(base):].lstrip("/") for i in files}
+    names = set(rel.values())
+    # a datasets.save_to_disk folder is one shard: the folder holding state.json and
+    # dataset_info.json ("." when the URI itself is one)
+    hf_dirs = sorted(str(PurePosixPath(r).parent) for r in names
+                     if PurePosixPath(r).name == "state.json"
+                     and str(PurePosixPath(r).parent / "dataset_info.json") in names)
+    if "." in hf_dirs:  # the URI itself is a save_to_disk folder
+        return [_hf_shard(fs, uri, base, PurePosixPath(base).name, files)]
+    pattern = glob_regex("/".join(parts[wild:])) if wild is not None else None
+    shards: list[Shard] = []
+    done_hf: set[str] = set()
+    for i in files:
+        r = rel[i.path]
+        if pattern is None and any(_skippable(PurePosixPath(p)) for p in r.split("/")):
+            continue
+        hf = next((d for d in hf_dirs if r.startswith(d + "/")), None)
+        if hf is not None:
+            if hf not in done_hf and (pattern is None or pattern.fullmatch(hf)):
+                done_hf.add(hf)
+                shards.append(_hf_shard(fs, uri, f"{base}/{hf}", hf,
+                                        [f for f in files if rel[f.path].startswith(hf + "/")]))
+            continue
+        if pattern is not None and (not pattern.fullmatch(r) or _hidden_for_glob(r, pattern)):
+            continue
+        if fmt == "auto" and pattern is None:
+            try:
+                _detect(PurePosixPath(r), fmt)
+            except InputError:
+                continue
+        shards.append(_uri_shard(fs, uri, i, r, fmt))
+    if not shards:
+        what = "the pattern matches no file" if pattern is not None else (
+            "the folder holds no readable data file")
+        raise InputError(f"{shown}: {what}")
+    return _as_local_glob(shards) if pattern is not None else shards
+
+
+def _hidden_for_glob(rel: str, pattern: re.Pattern[str]) -> bool:
+    """Like :func:`glob.glob`: wildcards do not match a leading dot unless the pattern
+    spells one out."""
+    return any(p.startswith(".") for p in rel.split("/")) and "/." not in (
+        "/" + pattern.pattern.replace("\\.", "."))
+
+
+def _as_local_glob(shards: list[Shard]) -> list[Shard]:
+    """Glob matches ordered and named as a local glob orders and names them: sorted as
+    strings, named relative to the deepest folder common to all matches."""
+    shards = sorted(shards, key=lambda s: s.open_path)
+    root = posixpath.commonpath([posixpath.dirname(s.open_path) for s in shards])
+    return [replace(s, name=posixpath.relpath(s.open_path, root)) for s in shards]
+
+
+def _uri_shard(fs: pafs.FileSystem, uri: str, info: pafs.FileInfo, name: str,
+               fmt: str) -> Shard:
+    shown = shown_uri(uri, info.path)
+    f, comp = _detect(PurePosixPath(info.path), fmt, shown)
+    return Shard(shown, name, f, comp, info.size or 0, filesystem=fs, fs_path=info.path)
+
+
+def _hf_shard(fs: pafs.FileSystem, uri: str, path: str, name: str,
+              files: list[pafs.FileInfo]) -> Shard:
+    return Shard(shown_uri(uri, path), name, "hf", None, sum(f.size or 0 for f in files),
+                 filesystem=fs, fs_path=path)
