@@ -32,6 +32,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from cleanpipe.io.empty_objects import without_empty_objects
 from cleanpipe.io.sources import InputError, Shard, resolve_sources
 from cleanpipe.io.type_clashes import first_clashes, first_out_of_range, json_kind
 
@@ -49,6 +50,17 @@ class BadRecord:
 
 
 @dataclass
+class ReadFix:
+    """Rows the reader had to change to store them, all in the same way (a ``fix`` event
+    each, so the change is on record)."""
+
+    code: str  # empty_object
+    field: str
+    detail: str
+    rows: np.ndarray  # positions in the chunk's batch
+
+
+@dataclass
 class Chunk:
     shard: Shard
     batch: pa.RecordBatch
@@ -56,6 +68,7 @@ class Chunk:
     bad: list[BadRecord] = field(default_factory=list)
     bytes_read: int = 0  # bytes of the shard consumed by this chunk (for progress)
     digest: bytes | None = None  # xxh3-128 of the shard's bytes (first chunk only)
+    fixes: list[ReadFix] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -215,8 +228,18 @@ def _first_bad_in(bad: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.n
     return np.where((i < bad.size) & (cand < ends), cand, -1)
 
 
+def _empty_object_fixes(table: pa.Table) -> tuple[pa.Table, list[ReadFix]]:
+    """``table`` with ``{}`` stored as null (Parquet has no empty struct), and the fixes
+    that record which rows held one, where."""
+    table, hits = without_empty_objects(table)
+    return table, [ReadFix("empty_object", h.path,
+                           f"{{}} at {h.path!r} stored as null: Parquet cannot store an object"
+                           " with no keys", h.rows) for h in hits]
+
+
 def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRecord],
              batch_size: int, nbytes: int) -> Iterator[Chunk]:
+    table, fixes = _empty_object_fixes(table)
     n = table.num_rows
     if n == 0:
         yield Chunk(shard, pa.RecordBatch.from_pylist([], schema=table.schema), numbers[:0],
@@ -229,9 +252,12 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
         batch = part.to_batches()[0] if part.num_rows else None
         if batch is None:
             continue
+        end = start + batch.num_rows
+        here = [ReadFix(f.code, f.field, f.detail, f.rows[(f.rows >= start) & (f.rows < end)]
+                        - start) for f in fixes]
         # bad records and the byte count ride on the first chunk of the shard
-        yield Chunk(shard, batch, numbers[start:start + batch.num_rows],
-                    bad if first else [], nbytes if first else 0)
+        yield Chunk(shard, batch, numbers[start:end], bad if first else [],
+                    nbytes if first else 0, fixes=[f for f in here if f.rows.size])
         first = False
 
 
