@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleanpipe import Pipeline
+from cleanpipe.io.readers import iter_chunks
 from cleanpipe.stages.registry import stage_classes
 from tests._robust_helpers import read_parts
 from tests.conftest import realdata
@@ -103,6 +104,15 @@ def test_random_nested_records(tmp_path_factory, records):
     src = d / "in.jsonl"
     _write_jsonl(src, records)
     lines = src.read_text("utf-8").splitlines()
+    # the reader keeps every field of every record it does not drop: all keys, same text
+    rows, bad_lines = [], set()
+    for chunk in iter_chunks(src):
+        bad_lines |= {b.line for b in chunk.bad}
+        rows += chunk.batch.to_pylist()
+    kept = [r for i, r in enumerate(records, start=1) if i not in bad_lines]
+    assert [r["text"] for r in rows] == [r["text"] for r in kept]
+    for row, rec in zip(rows, kept, strict=True):
+        assert {k for k, v in rec.items() if v is not None} <= set(row)
     out = d / "out"
     rep = Pipeline(stages=_stages(), fields=["text"]).run(src, out)
     _check(rep)

@@ -205,6 +205,34 @@ def test_list_starting_with_null_is_read_whole(tmp_path):
     assert _load(out)["tags"] == [[None, "x"], ["y"]]
 
 
+def test_a_key_first_seen_in_a_later_record_is_kept(tmp_path):
+    # the careful path (a clash sends the file there) used to take its columns from the
+    # first record alone: "late" was silently dropped
+    src = _jsonl(tmp_path / "x.jsonl", [{"text": "a"}, {"text": "b", "late": {"k": [1]}},
+                                        {"text": "c", "n": "x"}, {"text": "d", "n": 1},
+                                        {"text": "e", "n": 2}])
+    rows, bad = _chunks(src)
+    assert [b.line for b in bad] == [3]
+    assert rows == [{"text": "a", "late": None, "n": None},
+                    {"text": "b", "late": {"k": [1]}, "n": None},
+                    {"text": "d", "late": None, "n": 1}, {"text": "e", "late": None, "n": 2}]
+
+
+@pytest.mark.parametrize("name,body", [("e.jsonl", "{}\n{ }\n"), ("e.json", "[{}, {}]")])
+def test_records_that_are_all_empty_objects_are_quarantined(tmp_path, name, body):
+    src = tmp_path / name
+    src.write_text(body, "utf-8")
+    out = tmp_path / "out"
+    rep = Pipeline(stages=[]).run(src, out)  # this used to hang
+    assert (rep["totals"]["read"], rep["totals"]["quarantined"]) == (2, 2)
+    q = read_parts(out / "quarantine")
+    assert q.column("_cleanpipe_reasons").to_pylist() == [["empty_record"]] * 2
+    # next to records with keys, {} is a row of nulls, like any record missing a key
+    src.write_text('{"text": "a"}\n{}\n', "utf-8")
+    rep = Pipeline(stages=[]).run(src, out, overwrite=True)
+    assert rep["totals"]["kept"] == 2 and _load(out)["text"] == ["a", None]
+
+
 # ---------------------------------------------------------------------- determinism
 
 
@@ -232,3 +260,27 @@ def test_nested_outputs_are_byte_identical_across_workers(tmp_path, capsys):
     assert len(_events(outs[0], "empty_object")) > 0
     rep = report(outs[0])
     assert rep["totals"]["quarantined"] == 2 * len([i for i in range(300) if i % 41 == 5])
+
+
+def test_ray_engine_writes_the_same_nested_outputs(tmp_path):
+    """The reader's fix events and drops travel with their rows on Ray as locally."""
+    ray = pytest.importorskip("ray")
+    from cleanpipe.engine.ray_engine import run_ray
+
+    src = _jsonl(tmp_path / "x.jsonl", [
+        {"text": "a", "meta": {}, "n": 1}, {"text": "b", "meta": {}, "n": "x"},
+        {"text": "c", "turns": [{}], "n": 2}, {"text": "a", "meta": None, "n": 3}])
+    stages = [{"stage": "exact_dedup"}]
+    Pipeline(stages=stages).run(src, tmp_path / "local", workers=1)
+    repo = str(Path(__file__).resolve().parent.parent)
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29,
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": repo}})
+    try:
+        run_ray(Pipeline(stages=stages), src, tmp_path / "ray", workers=2)
+    finally:
+        ray.shutdown()
+    for part in ("data", "quarantine"):
+        assert read_parts(tmp_path / "local" / part) == read_parts(tmp_path / "ray" / part)
+    ev = [pq.read_table(tmp_path / o / "events.parquet") for o in ("local", "ray")]
+    assert ev[0] == ev[1]
+    assert ev[0].column("code").to_pylist().count("empty_object") == 2

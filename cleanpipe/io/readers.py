@@ -241,6 +241,14 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
              batch_size: int, nbytes: int) -> Iterator[Chunk]:
     table, fixes = _empty_object_fixes(table)
     n = table.num_rows
+    if n and table.num_columns == 0:
+        # every record is {}: there is nothing to keep, and Arrow mis-slices a table without
+        # columns (each slice claims batch_size rows), so they go to the quarantine. Where
+        # other records have keys, a {} record is a row of nulls, as for any missing key.
+        bad = sorted(bad + [BadRecord(shard.name, int(num), "empty_record",
+                                      f"record {num} is an empty object: no field to keep",
+                                      "{}") for num in numbers.tolist()], key=lambda b: b.line)
+        table, numbers, n = pa.table({}), numbers[:0], 0
     if n == 0:
         yield Chunk(shard, pa.RecordBatch.from_pylist([], schema=table.schema), numbers[:0],
                     bad, nbytes)
@@ -429,7 +437,7 @@ def _failing_alone(records: list[Any]) -> list[tuple[int, BaseException]]:
     while spans:
         lo, hi = spans.pop()
         try:
-            pa.Table.from_pylist(records[lo:hi])
+            _from_pylist(records[lo:hi])
             continue
         except _CONVERT_ERRORS as e:
             if hi - lo == 1:
@@ -563,7 +571,16 @@ def _dumps(rec: Any) -> str | None:
 
 
 def _from_pylist(records: list[Any]) -> pa.Table:
-    return pa.Table.from_pylist(records) if records else pa.table({})
+    """One table of the records: its columns are the keys of all records.
+
+    ``pa.Table.from_pylist`` takes the columns from the first record alone, so a key that
+    first appears later was silently dropped (and a ``{}`` record made no row); an array of
+    the records infers the union of their keys, in order of appearance.
+
+    >>> _from_pylist([{"a": 1}, {"b": "x", "a": 2}, {}]).to_pylist()
+    [{'a': 1, 'b': None}, {'a': 2, 'b': 'x'}, {'a': None, 'b': None}]
+    """
+    return pa.Table.from_struct_array(pa.array(records)) if records else pa.table({})
 
 
 _SURROGATE = re.compile("[\udc80-\udcff]")
