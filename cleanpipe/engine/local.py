@@ -81,6 +81,8 @@ class RunState:
     hist_before: np.ndarray = field(default_factory=lambda: np.zeros(len(CHAR_EDGES), np.int64))
     hist_after: np.ndarray = field(default_factory=lambda: np.zeros(len(CHAR_EDGES), np.int64))
     read_codes: dict[str, int] = field(default_factory=dict)
+    #: changes the reader made to kept rows: code -> [events, rows]
+    read_fixes: dict[str, list[int]] = field(default_factory=dict)
     read_examples: list[dict[str, Any]] = field(default_factory=list)
     fingerprint: Any = field(default_factory=xxhash.xxh3_128)
     text_fields: list[str] = field(default_factory=list)
@@ -157,6 +159,35 @@ def _row_ids(chunk: Chunk, id_field: str | None) -> pa.Array:
         return chunk.batch.column(idx).cast(pa.string())
     nums = pa.array(chunk.numbers).cast(pa.string())
     return pc.binary_join_element_wise(f"{chunk.shard.name}:", nums, "")
+
+
+def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray,
+                     state: RunState) -> pa.Table:
+    """Count the reader's changes to ``chunk`` and return one ``fix`` event per row and field."""
+    pos = np.concatenate([f.rows for f in chunk.fixes]).astype(np.int64)
+    for f in chunk.fixes:
+        entry = state.read_fixes.setdefault(f.code, [0, 0])
+        entry[0] += int(f.rows.size)
+        shown = sum(1 for e in state.read_examples if e["code"] == f.code)
+        for p in f.rows[:max(0, 5 - shown)].tolist():
+            state.read_examples.append({
+                "stage": "read", "code": f.code, "action": "fix", "row_id": ids[p].as_py(),
+                "field": f.field, "detail": f.detail, "before": None, "after": None})
+    for code in {f.code for f in chunk.fixes}:
+        rows = [f.rows for f in chunk.fixes if f.code == code]
+        state.read_fixes[code][1] += int(np.unique(np.concatenate(rows)).size)
+    n = pos.size
+    return pa.table({
+        "row_id": ids.take(pa.array(pos)),
+        "seq": pa.array(seq[pos], pa.int64()),
+        "stage": pa.array(["read"] * n, pa.string()),
+        "code": pa.array([f.code for f in chunk.fixes for _ in range(f.rows.size)], pa.string()),
+        "action": pa.array(["fix"] * n, pa.string()),
+        "field": pa.array([f.field for f in chunk.fixes for _ in range(f.rows.size)],
+                          pa.string()),
+        "detail": pa.array([f.detail for f in chunk.fixes for _ in range(f.rows.size)],
+                           pa.string()),
+    })
 
 
 def _fingerprint_shard(state: RunState, shard: Shard) -> None:
@@ -238,9 +269,10 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
                                shard.name, None, unreadable)
                 continue
             ids = _row_ids(chunk, inp.id_field)
-            rows = Rows(chunk.batch, chunk.batch, ids,
-                        base + np.asarray(chunk.numbers, dtype=np.int64), shard.name, None,
-                        unreadable)
+            seq = base + np.asarray(chunk.numbers, dtype=np.int64)
+            rows = Rows(chunk.batch, chunk.batch, ids, seq, shard.name, None, unreadable)
+            if chunk.fixes:
+                rows.read_events = _read_fix_events(chunk, ids, seq, state)
             state.read += n
             progress.advance_rows(n)
             yield rows
@@ -335,7 +367,7 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
             results = ordered_map(_segment_task, tasks, n_workers, _init_worker, initargs)
             if seg.closing is None:
                 for res in results:
-                    _merge(res, state, take_stats, on_quarantine)
+                    _merge(res, state, take_stats, on_quarantine, sinks.events)
                     state.kept += res.rows.num_rows
                     if res.rows.num_rows:
                         if sinks.kept is not None:
@@ -348,7 +380,7 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
             spill = Spill(Path(spill_dir))
             t0 = time.perf_counter()
             for res in results:
-                _merge(res, state, take_stats, on_quarantine)
+                _merge(res, state, take_stats, on_quarantine, sinks.events)
                 if res.rows.num_rows:
                     ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
                     g.observe(res.prepared, res.rows.seq, res.rows.data, ctx)
@@ -378,10 +410,15 @@ def _decided(g: GlobalStage, idx: int, spill: Spill, state: RunState,
 
 
 def _merge(res: TaskResult, state: RunState, take_stats: Callable[[int, StageBatchStats], None],
-           on_quarantine: Callable[[QuarantineRows], None]) -> None:
+           on_quarantine: Callable[[QuarantineRows], None],
+           on_events: Callable[[pa.Table], None] | None = None) -> None:
     if res.rows.unreadable is not None:
         on_quarantine(res.rows.unreadable)
         res.rows.unreadable = None
+    if res.rows.read_events is not None:
+        if on_events is not None:
+            on_events(res.rows.read_events)
+        res.rows.read_events = None
     if res.hist_before is not None:
         state.hist_before += np.asarray(res.hist_before, np.int64)
     if res.hist_after is not None:

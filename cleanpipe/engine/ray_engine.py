@@ -199,7 +199,7 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
                 take_stats(decide_idx, st)
                 if q is not None:
                     on_quarantine(q)
-            local._merge(res, state, take_stats, on_quarantine)
+            local._merge(res, state, take_stats, on_quarantine, sinks.events)
             if not res.rows.num_rows:
                 continue
             if g is None:

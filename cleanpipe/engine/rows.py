@@ -27,6 +27,9 @@ class Rows:
     unreadable: QuarantineRows | None = None
     #: characters per row as read (for the before/after histograms)
     chars: np.ndarray | None = None
+    #: events of the changes the reader made to these rows (``{}`` stored as null); they
+    #: travel with the batch, like ``unreadable``, so the events file keeps read order
+    read_events: pa.Table | None = None
 
     @property
     def num_rows(self) -> int:
@@ -38,6 +41,7 @@ class Rows:
             self.data.filter(mask), self.orig.filter(mask), self.row_ids.filter(mask),
             self.seq[keep], self.shard, None if self.flags is None else self.flags[keep],
             self.unreadable, None if self.chars is None else self.chars[keep],
+            self.read_events,
         )
 
 

@@ -31,8 +31,10 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from cleanpipe.io.empty_objects import without_empty_objects
 from cleanpipe.io.filesystems import is_local, read_bytes, reason
 from cleanpipe.io.sources import InputError, Shard, resolve_sources
+from cleanpipe.io.type_clashes import first_clashes, first_out_of_range, json_kind
 
 
 @dataclass
@@ -48,6 +50,17 @@ class BadRecord:
 
 
 @dataclass
+class ReadFix:
+    """Rows the reader had to change to store them, all in the same way (a ``fix`` event
+    each, so the change is on record)."""
+
+    code: str  # empty_object
+    field: str
+    detail: str
+    rows: np.ndarray  # positions in the chunk's batch
+
+
+@dataclass
 class Chunk:
     shard: Shard
     batch: pa.RecordBatch
@@ -55,6 +68,7 @@ class Chunk:
     bad: list[BadRecord] = field(default_factory=list)
     bytes_read: int = 0  # bytes of the shard consumed by this chunk (for progress)
     digest: bytes | None = None  # xxh3-128 of the shard's bytes (first chunk only)
+    fixes: list[ReadFix] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -214,9 +228,27 @@ def _first_bad_in(bad: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.n
     return np.where((i < bad.size) & (cand < ends), cand, -1)
 
 
+def _empty_object_fixes(table: pa.Table) -> tuple[pa.Table, list[ReadFix]]:
+    """``table`` with ``{}`` stored as null (Parquet has no empty struct), and the fixes
+    that record which rows held one, where."""
+    table, hits = without_empty_objects(table)
+    return table, [ReadFix("empty_object", h.path,
+                           f"{{}} at {h.path!r} stored as null: Parquet cannot store an object"
+                           " with no keys", h.rows) for h in hits]
+
+
 def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRecord],
              batch_size: int, nbytes: int) -> Iterator[Chunk]:
+    table, fixes = _empty_object_fixes(table)
     n = table.num_rows
+    if n and table.num_columns == 0:
+        # every record is {}: there is nothing to keep, and Arrow mis-slices a table without
+        # columns (each slice claims batch_size rows), so they go to the quarantine. Where
+        # other records have keys, a {} record is a row of nulls, as for any missing key.
+        bad = sorted(bad + [BadRecord(shard.name, int(num), "empty_record",
+                                      f"record {num} is an empty object: no field to keep",
+                                      "{}") for num in numbers.tolist()], key=lambda b: b.line)
+        table, numbers, n = pa.table({}), numbers[:0], 0
     if n == 0:
         yield Chunk(shard, pa.RecordBatch.from_pylist([], schema=table.schema), numbers[:0],
                     bad, nbytes)
@@ -228,14 +260,31 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
         batch = part.to_batches()[0] if part.num_rows else None
         if batch is None:
             continue
+        end = start + batch.num_rows
+        here = [ReadFix(f.code, f.field, f.detail, f.rows[(f.rows >= start) & (f.rows < end)]
+                        - start) for f in fixes]
         # bad records and the byte count ride on the first chunk of the shard
-        yield Chunk(shard, batch, numbers[start:start + batch.num_rows],
-                    bad if first else [], nbytes if first else 0)
+        yield Chunk(shard, batch, numbers[start:end], bad if first else [],
+                    nbytes if first else 0, fixes=[f for f in here if f.rows.size])
         first = False
 
 
 def _fast_json(data: bytes) -> pa.Table | None:
     """pyarrow's multithreaded JSON reader, or None when the file needs the careful path."""
+    table = _pyarrow_json(data)
+    if table is None:
+        return None
+    try:
+        # pyarrow's JSON reader (26.0) builds an invalid list array when a list starts with
+        # null ([null, "x"]); the structural check costs nothing next to the parse and
+        # sends such files to the careful path instead of crashing later (pickle, Parquet)
+        table.validate()
+    except pa.ArrowInvalid:
+        return None
+    return table
+
+
+def _pyarrow_json(data: bytes) -> pa.Table | None:
     try:
         # small blocks parse in parallel; a record longer than a block needs a bigger one
         return pjson.read_json(io.BytesIO(data))
@@ -320,7 +369,7 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
             continue
         if not isinstance(rec, dict):
             bad.append(BadRecord(shard.name, num, "parse_error",
-                                 f"a JSON {_json_kind(rec)} where an object was expected"
+                                 f"a JSON {json_kind(rec)} where an object was expected"
                                  f" (line {num})", text, s))
             continue
         records.append(rec)
@@ -332,70 +381,134 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
                         len(raw))
 
 
-def _json_kind(v: Any) -> str:
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return "null"
+#: what pyarrow raises when Python values do not fit one Arrow type (or any: a lone
+#: surrogate cannot be UTF-8, an integer over 64 bits cannot be int64)
+_CONVERT_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                   OverflowError, UnicodeEncodeError)
 
 
 def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
                         opts: ReadOptions, raws: list[str] | None = None
                         ) -> tuple[pa.Table, list[BadRecord]]:
-    """A table of ``records``; a record whose field has another JSON type than that field
-    has in most records (a number where text is expected) becomes a ``type_mismatch`` bad
-    record, so one odd record costs that record, not the file. ``numbers`` is updated in
-    place to the records kept."""
+    """A table of ``records``; the records that cannot share it become bad records.
+
+    A record whose value at some path has another JSON type than most values there (a
+    number where text is expected, an object where a list is) is a ``type_mismatch``; see
+    :mod:`cleanpipe.io.type_clashes`. One odd record costs that record, not the file.
+    ``numbers`` is updated in place to the records kept.
+    """
     texts: list[str | None] = list(raws) if raws is not None else [None] * len(records)
     records, too_deep = _drop_too_deep(shard, records, numbers, texts)
     try:
         return _from_pylist(records), too_deep
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        pass
-    kinds: dict[str, dict[str, int]] = {}
-    for rec in records:
-        for k, v in rec.items():
-            if v is not None:
-                c = kinds.setdefault(k, {})
-                kv = _json_kind(v)
-                c[kv] = c.get(kv, 0) + 1
-    # ties go to the kind seen first, so the choice does not depend on dict ordering
-    major = {k: max(c, key=lambda kind: c[kind]) for k, c in kinds.items() if len(c) > 1}
+    except _CONVERT_ERRORS:
+        pass  # what follows only runs for files whose records do not fit one table
     bad: list[BadRecord] = []
-    keep_recs, keep_nums = [], []
-    for rec, num, raw in zip(records, numbers, texts, strict=True):
-        wrong = [(k, _json_kind(v)) for k, v in rec.items()
-                 if k in major and v is not None and _json_kind(v) != major[k]]
-        if wrong:
-            k, kind = wrong[0]
-            if opts.on_parse_error == "fail":
-                raise InputError(f"{shard.path}:{num}: field {k!r} is a {kind} here but a"
-                                 f" {major[k]} in most records; make it one type or set"
-                                 " input.on_parse_error: quarantine")
-            bad.append(BadRecord(shard.name, num, "type_mismatch",
-                                 f"field {k!r} is a JSON {kind} here but a {major[k]} in most"
-                                 f" records (record {num})",
-                                 raw if raw is not None else _dumps(rec)))
+    keep_recs: list[Any] = []
+    keep_nums: list[int] = []
+    keep_texts: list[str | None] = []
+    for rec, num, raw, clash in zip(records, numbers, texts, first_clashes(records),
+                                    strict=True):
+        if clash is None:
+            keep_recs.append(rec)
+            keep_nums.append(num)
+            keep_texts.append(raw)
             continue
-        keep_recs.append(rec)
-        keep_nums.append(num)
+        if opts.on_parse_error == "fail":
+            raise InputError(f"{shard.path}:{num}: field {clash}; make it one type in every"
+                             " record or set input.on_parse_error: quarantine")
+        bad.append(BadRecord(shard.name, num, "type_mismatch",
+                             f"field {clash} of {shard.name} (line {num}); a column keeps"
+                             " one type", raw if raw is not None else _dumps(rec)))
     try:
         table = _from_pylist(keep_recs)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-        col, line = _first_type_conflict(keep_recs, keep_nums)
-        where = f"{shard.path}:{line}" if line else str(shard.path)
-        raise InputError(
-            f"{where}: column {col!r} mixes types inside its values ({e}); make the column"
-            " one type or read it as a string") from e
+    except _CONVERT_ERRORS:
+        table, unstorable = _without_unstorable(shard, keep_recs, keep_nums, keep_texts, opts)
+        bad += unstorable
     numbers[:] = keep_nums
     return table, bad + too_deep
+
+
+def _failing_alone(records: list[Any]) -> list[tuple[int, BaseException]]:
+    """The records Arrow cannot store even alone, with the error: bisection finds the few
+    such records with a handful of conversions, not one per record."""
+    failing: list[tuple[int, BaseException]] = []
+    spans = [(0, len(records))] if records else []
+    while spans:
+        lo, hi = spans.pop()
+        try:
+            _from_pylist(records[lo:hi])
+            continue
+        except _CONVERT_ERRORS as e:
+            if hi - lo == 1:
+                failing.append((lo, e))
+                continue
+        mid = (lo + hi) // 2
+        spans.extend(((mid, hi), (lo, mid)))
+    return failing
+
+
+def _without_unstorable(shard: Shard, records: list[Any], numbers: list[int],
+                        texts: list[str | None], opts: ReadOptions
+                        ) -> tuple[pa.Table, list[BadRecord]]:
+    """The table of the records Arrow can store; the others become bad records (an
+    integer over 64 bits) or are repaired (a lone surrogate with ``on_decode_error:
+    replace``). ``records``, ``numbers`` and ``texts`` are updated in place."""
+    bad: list[BadRecord] = []
+    drop: set[int] = set()
+    for i, err in _failing_alone(records):
+        num, rec = numbers[i], records[i]
+        raw = texts[i] if texts[i] is not None else _dumps(rec)
+        if isinstance(err, UnicodeEncodeError):
+            # a \ud800 escape is valid JSON but not text (a lone surrogate has no UTF-8):
+            # treated like undecodable bytes, by input.on_decode_error
+            if opts.on_decode_error == "fail":
+                raise InputError(f"{shard.path}:{num}: a lone surrogate escaped in a string"
+                                 " is not text; set input.on_decode_error to replace or"
+                                 " quarantine")
+            if opts.on_decode_error == "replace":
+                records[i] = _no_surrogates(rec)
+                continue
+            bad.append(BadRecord(shard.name, num, "decode_error",
+                                 f"a lone surrogate escaped in a string (line {num}) is not"
+                                 " text", raw))
+        else:
+            path = first_out_of_range(rec)
+            if opts.on_parse_error == "fail":
+                raise InputError(f"{shard.path}:{num}: field {path or '?'!r} cannot be"
+                                 f" stored ({err}); set input.on_parse_error: quarantine to"
+                                 " keep going")
+            if path is not None:
+                bad.append(BadRecord(shard.name, num, "number_out_of_range",
+                                     f"field {path!r} of {shard.name} (line {num}) holds an"
+                                     " integer over 64 bits; write it as a string", raw))
+            else:
+                bad.append(BadRecord(shard.name, num, "type_mismatch",
+                                     f"record {num} of {shard.name} cannot be stored: {err}",
+                                     raw))
+        drop.add(i)
+    keep = [i for i in range(len(records)) if i not in drop]
+    records[:] = [records[i] for i in keep]
+    numbers[:] = [numbers[i] for i in keep]
+    texts[:] = [texts[i] for i in keep]
+    try:
+        return _from_pylist(records), bad
+    except _CONVERT_ERRORS as e:
+        # each record stores alone and none clashes in type: not expected; still one line
+        raise InputError(f"{shard.path}: its records do not fit one table ({e}); make each"
+                         " field one type, or convert the file to Parquet first") from e
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_surrogates(rec: Any) -> Any:
+    """``rec`` with every lone surrogate (keys included) replaced by U+FFFD.
+
+    >>> _no_surrogates({"a\\ud800": ["x\\udfff"]})
+    {'a�': ['x�']}
+    """
+    return json.loads(_LONE_SURROGATE.sub("\ufffd", json.dumps(rec, ensure_ascii=False)))
 
 
 def _type_depth(schema: pa.Schema | pa.DataType) -> int:
@@ -458,22 +571,16 @@ def _dumps(rec: Any) -> str | None:
 
 
 def _from_pylist(records: list[Any]) -> pa.Table:
-    return pa.Table.from_pylist(records) if records else pa.table({})
+    """One table of the records: its columns are the keys of all records.
 
+    ``pa.Table.from_pylist`` takes the columns from the first record alone, so a key that
+    first appears later was silently dropped (and a ``{}`` record made no row); an array of
+    the records infers the union of their keys, in order of appearance.
 
-def _first_type_conflict(records: list[Any], numbers: list[int]) -> tuple[str, int | None]:
-    seen: dict[str, type] = {}
-    for rec, num in zip(records, numbers, strict=False):
-        for k, v in rec.items():
-            if v is None:
-                continue
-            t = type(v)
-            if t in (int, float):
-                t = float
-            if k in seen and seen[k] is not t:
-                return k, num
-            seen.setdefault(k, t)
-    return "?", None
+    >>> _from_pylist([{"a": 1}, {"b": "x", "a": 2}, {}]).to_pylist()
+    [{'a': 1, 'b': None}, {'a': 2, 'b': 'x'}, {'a': None, 'b': None}]
+    """
+    return pa.Table.from_struct_array(pa.array(records)) if records else pa.table({})
 
 
 _SURROGATE = re.compile("[\udc80-\udcff]")
@@ -508,7 +615,7 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
         lists = [v for v in obj.values() if isinstance(v, list)]
         obj = lists[0] if len(obj) == 1 and len(lists) == 1 else [obj]
     if not isinstance(obj, list):
-        raise InputError(f"{shard.path}: holds a JSON {_json_kind(obj)}; expected an array of"
+        raise InputError(f"{shard.path}: holds a JSON {json_kind(obj)}; expected an array of"
                          " objects, an object, or JSON lines")
     bad: list[BadRecord] = []
     records, numbers = [], []
@@ -536,7 +643,7 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
             numbers.append(i)
         else:
             bad.append(BadRecord(shard.name, i, "parse_error",
-                                 f"record {i} is a JSON {_json_kind(rec)}, not an object",
+                                 f"record {i} is a JSON {json_kind(rec)}, not an object",
                                  json.dumps(rec, ensure_ascii=False)[:100_000]))
     table, records_bad = _table_from_records(shard, records, numbers, opts)
     bad = sorted(bad + records_bad, key=lambda b: b.line)

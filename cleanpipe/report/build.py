@@ -71,6 +71,11 @@ def build_report(spec: PipelineSpec, state: RunState, *, input_desc: list[str],
     for code, n in sorted(state.read_codes.items()):
         reasons.insert(0, {"stage": "read", "code": code, "action": "drop", "events": n,
                            "rows": n})
+    for i, (code, (n_events, n_rows)) in enumerate(sorted(state.read_fixes.items())):
+        # the reader's own changes ({} stored as null) count as changes, like a stage's
+        reasons.insert(len(state.read_codes) + i, {
+            "stage": "read", "code": code, "action": "fix", "events": n_events, "rows": n_rows})
+        changed += n_events
     dist: dict[str, Any] = {
         "chars_before": {"edges": CHAR_EDGES, "counts": state.hist_before.tolist()},
         "chars_after": {"edges": CHAR_EDGES, "counts": state.hist_after.tolist()},
