@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, model_validator
 
-from cleanpipe.dedup import cluster, external, kernels
+from cleanpipe.dedup import bands, cluster, external, kernels
 from cleanpipe.dedup.minhash import (
     HashName,
     Scheme,
@@ -22,14 +22,6 @@ from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts, shingle_modes
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
-
-#: A candidate pair sharing this share of its bands, with at least _SURE_MIN_BANDS of them,
-#: is merged without an exact Jaccard when its band estimate clears the threshold by
-#: _SURE_MARGIN. At 16 bands × 8 rows (the default, threshold 0.8) that is 11+ shared bands
-#: (estimate ≥ 0.954); a pair at J = 0.79 gets there with probability 2e-6, one at J = 0.7
-#: with 8e-11 (binomial tail, p = J**8). All other pairs get their exact Jaccard.
-_SURE_MARGIN = 0.15
-_SURE_MIN_BANDS = 8
 
 
 @dataclass
@@ -149,6 +141,7 @@ class MinHashDedup(GlobalStage):
     _contam_j: np.ndarray | None = PrivateAttr(None)
     _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
     _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _decisions: pa.Table | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _check_bands(self) -> MinHashDedup:
@@ -265,19 +258,11 @@ class MinHashDedup(GlobalStage):
                 np.zeros(0, np.int64)
             off = np.zeros(total + 1, dtype=np.int64)
             np.cumsum(sizes, out=off[1:])
-            jac = np.full(left.size, np.nan)
-            exact = np.ones(left.size, dtype=bool)
-            if shared is not None:
-                # Pairs agreeing on most bands are far above the threshold (each band
-                # agrees with probability J**rows): skip their exact Jaccard. Only
-                # training pairs: a contamination hit reports its exact value.
-                est = (shared / b) ** (1.0 / _r)
-                sure = (est >= min(self.threshold + _SURE_MARGIN, 1.0)) & (right < n)
-                sure &= shared >= _SURE_MIN_BANDS
-                jac[sure] = est[sure]
-                exact = ~sure
-            jac[exact] = kernels.pair_jaccard(sets, off, left[exact], right[exact],
-                                              self.threshold)
+            # Pairs agreeing on most bands are far above the threshold (each band agrees
+            # with probability J**rows): the shared rule skips their exact Jaccard.
+            jac = bands.verified_jaccard(
+                shared, b, _r, self.threshold, right < n,
+                lambda m: kernels.pair_jaccard(sets, off, left[m], right[m], self.threshold))
             ok = jac >= self.threshold
             left, right, jac = left[ok], right[ok], jac[ok]
         else:
@@ -320,91 +305,177 @@ class MinHashDedup(GlobalStage):
             self._spill = None
 
     def _ref_name(self, idx: int) -> str:
-        name, base = "reference", 0
-        for start, ref_name in self._ref_offsets:
-            if idx >= start:
-                name, base = ref_name, start
-        return f"{name} row {idx - base}"
+        return reference_name(self._ref_offsets, idx)
 
     def _build_report(self, labels: np.ndarray, rep: np.ndarray, sets: np.ndarray | None,
                       off: np.ndarray | None, n: int, candidates: int, index_bytes: int,
                       shingles: int, valid: np.ndarray) -> dict[str, Any]:
         book = self._book
-        assert book is not None
-        b, r = self.band_rows()
+        assert book is not None and self._contam is not None and self._contam_j is not None
         largest = []
         for members in cluster.largest_clusters(labels, rep, self.report_clusters):
             shown = members[:6]
-            names = book.names(shown)
             jac = (kernels.pair_jaccard(sets, off, np.full(shown.size, shown[0]), shown)
                    if sets is not None else np.full(shown.size, np.nan))
-            largest.append({
-                "size": int(members.size),
-                "representative": names[0],
-                "representative_snippet": book.snippet(shown[0]),
-                "members": [
-                    {"row": names[k], "snippet": book.snippet(shown[k]),
-                     "jaccard": None if np.isnan(jac[k]) else round(float(jac[k]), 4)}
-                    for k in range(1, shown.size)
-                ],
-            })
+            largest.append(cluster_entry(int(members.size), book.names(shown),
+                                         [book.snippet(k) for k in shown], jac))
+        _, sizes = np.unique(labels, return_counts=True)
+        contaminated = np.flatnonzero(self._contam >= 0)
+        examples = [contamination_example(name, self._ref_name(int(self._contam[i])),
+                                          self._contam_j[i], book.snippet(i))
+                    for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
+                                       strict=True)]
         extra = book.nbytes()
         store = int(sets.nbytes + off.nbytes) if sets is not None else 0
-        contaminated = np.flatnonzero(self._contam >= 0)
+        memory = {
+            "index_bytes_per_row": round(index_bytes / max(n, 1), 1),
+            "verify_store_bytes_per_row": round(store / max(n, 1), 1),
+            "names_and_snippets_bytes_per_row": round(
+                (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
+        }
+        return self.section(
+            rows=n, without_shingles=int(n - valid.sum()), shingles=shingles,
+            candidates=candidates, cluster_sizes=sizes[sizes >= 2],
+            duplicates=int((rep != np.arange(n)).sum()), largest=largest,
+            contaminated=int(contaminated.size), contamination_examples=examples,
+            memory=memory)
+
+    def section(self, *, rows: int, without_shingles: int, shingles: int, candidates: int,
+                cluster_sizes: np.ndarray, duplicates: int, largest: list[dict[str, Any]],
+                contaminated: int, contamination_examples: list[dict[str, Any]],
+                memory: dict[str, Any]) -> dict[str, Any]:
+        """The report section from its parts: one layout whichever engine clustered.
+
+        ``cluster_sizes`` holds the size of every cluster of two or more rows.
+        """
+        b, r = self.band_rows()
         return {
-            "rows": n,
-            "rows_without_shingles": int(n - valid.sum()),
+            "rows": rows,
+            "rows_without_shingles": without_shingles,
             "shingles": int(shingles),
             "bands": b,
             "rows_per_band": r,
-            "candidate_pairs": candidates,
-            "clusters": int(np.unique(labels[rep != np.arange(n)]).size),
-            "duplicates": int((rep != np.arange(n)).sum()),
-            "cluster_sizes": cluster.size_histogram(labels),
+            "candidate_pairs": int(candidates),
+            "clusters": int(cluster_sizes.size),
+            "duplicates": int(duplicates),
+            "cluster_sizes": cluster.sizes_histogram(cluster_sizes),
             "largest_clusters": largest,
-            "jaccard": "exact shingle-set Jaccard" if sets is not None else "not verified",
-            "contamination": {
-                "rows": int(contaminated.size),
-                "examples": [
-                    {"row": name, "reference": self._ref_name(int(self._contam[i])),
-                     "jaccard": None if np.isnan(self._contam_j[i])
-                     else round(float(self._contam_j[i]), 4),
-                     "snippet": book.snippet(i)}
-                    for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
-                                       strict=True)
-                ],
-            },
-            "memory": {
-                "index_bytes_per_row": round(index_bytes / max(n, 1), 1),
-                "verify_store_bytes_per_row": round(store / max(n, 1), 1),
-                "names_and_snippets_bytes_per_row": round(
-                    (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
-            },
+            "jaccard": "exact shingle-set Jaccard" if self.verify == "exact" else "not verified",
+            "contamination": {"rows": int(contaminated), "examples": contamination_examples},
+            "memory": memory,
         }
 
-    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+    # -- decisions ---------------------------------------------------------------------
+    def decisions_for(self, seq: np.ndarray) -> pa.Table:
+        """What ``decide`` reports for the rows ``seq``, as a :data:`DECISIONS` table
+        (near-duplicates first, then contamination hits, each in row order)."""
         if self._rep is None or self._book is None:
             raise RuntimeError("decide() before finalize()")
+        assert self._dup_j is not None and self._contam is not None
+        assert self._contam_j is not None
         book = self._book
-        idx = book.index_of(np.asarray(seq, dtype=np.int64))
-        found = Findings(self.name)
+        seq = np.asarray(seq, dtype=np.int64)
+        idx = book.index_of(seq)
         dup = np.flatnonzero(self._rep[idx] != idx)
-        if dup.size:
-            names = book.names(self._rep[idx[dup]])
-            found.add(dup, "near_duplicate", self.action_of("near_duplicate"),
-                      detail=[_detail(f"near-duplicate of row {nm}", j)
-                              for nm, j in zip(names, self._dup_j[idx[dup]], strict=True)])
         hit = np.flatnonzero(self._contam[idx] >= 0)
-        if hit.size:
-            found.add(hit, "contaminated_near", self.action_of("contaminated_near"),
-                      detail=[_detail(f"near-duplicate of {self._ref_name(int(r))}", j)
-                              for r, j in zip(self._contam[idx[hit]], self._contam_j[idx[hit]],
-                                              strict=True)])
-        return BatchResult(None, found, {"near_duplicate": int(dup.size),
-                                         "contaminated_near": int(hit.size)})
+        details = [_detail(f"near-duplicate of row {nm}", j) for nm, j in
+                   zip(book.names(self._rep[idx[dup]]), self._dup_j[idx[dup]], strict=True)]
+        details += [_detail(f"near-duplicate of {self._ref_name(int(r))}", j)
+                    for r, j in zip(self._contam[idx[hit]], self._contam_j[idx[hit]],
+                                    strict=True)]
+        return decisions_table(np.concatenate([seq[dup], seq[hit]]),
+                               ["near_duplicate"] * dup.size + ["contaminated_near"] * hit.size,
+                               details)
+
+    def with_decisions(self, decisions: pa.Table) -> MinHashDedup:
+        """A copy whose ``decide`` reports ``decisions`` (computed elsewhere, e.g. by the
+        Ray engine's distributed clustering) instead of looking rows up in its own state."""
+        out = self.model_copy()
+        out._decisions = decisions
+        return out
+
+    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+        table = self._decisions if self._decisions is not None else self.decisions_for(seq)
+        found = Findings(self.name)
+        counts = {}
+        for code, (pos, details) in decisions_at(table, seq).items():
+            found.add(pos, code, self.action_of(code), detail=details)
+            counts[code] = int(pos.size)
+        return BatchResult(None, found, {"near_duplicate": counts.get("near_duplicate", 0),
+                                         "contaminated_near": counts.get("contaminated_near",
+                                                                         0)})
 
     def report_section(self) -> dict[str, Any]:
         return dict(self._report)
+
+
+#: ``decide``'s findings as a table: one row per (row, code), the detail shown in events
+DECISIONS = pa.schema([("seq", pa.int64()), ("code", pa.string()), ("detail", pa.string())])
+
+
+def decisions_table(seq: np.ndarray, codes: list[str], details: list[str]) -> pa.Table:
+    return pa.table([pa.array(np.asarray(seq, np.int64)), pa.array(codes, pa.string()),
+                     pa.array(details, pa.string())], schema=DECISIONS)
+
+
+def decisions_at(table: pa.Table, seq: np.ndarray) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """Per code (``near_duplicate`` first), the batch positions of ``table``'s rows among
+    ``seq`` in row order, with their details. Rows of other batches are ignored.
+
+        >>> t = decisions_table(np.array([7, 5, 9]), ["near_duplicate"] * 2 +
+        ...                     ["contaminated_near"], ["b", "a", "c"])
+        >>> decisions_at(t, np.array([5, 6, 7]))
+        {'near_duplicate': (array([0, 2]), ['a', 'b'])}
+    """
+    seq = np.asarray(seq, dtype=np.int64)
+    order = np.argsort(seq, kind="stable")
+    sorted_seq = seq[order]
+    t_seq = table.column("seq").to_numpy()
+    at = np.searchsorted(sorted_seq, t_seq)
+    ok = at < seq.size
+    ok[ok] = sorted_seq[at[ok]] == t_seq[ok]
+    codes = np.asarray(table.column("code").to_pylist(), dtype=object)
+    details = table.column("detail").to_pylist()
+    out: dict[str, tuple[np.ndarray, list[str]]] = {}
+    for code in ("near_duplicate", "contaminated_near"):
+        rows = np.flatnonzero(ok & (codes == code)) if codes.size else np.zeros(0, np.int64)
+        if rows.size == 0:
+            continue
+        pos = order[at[rows]]
+        by_pos = np.argsort(pos, kind="stable")
+        out[code] = (pos[by_pos], [details[k] for k in rows[by_pos]])
+    return out
+
+
+def reference_name(offsets: list[tuple[int, str]], idx: int) -> str:
+    """``"<reference> row k"`` of combined index ``idx``, given each reference's start."""
+    name, base = "reference", 0
+    for start, ref_name in offsets:
+        if idx >= start:
+            name, base = ref_name, start
+    return f"{name} row {idx - base}"
+
+
+def cluster_entry(size: int, names: list[str], snippets: list[str],
+                  jaccard: np.ndarray) -> dict[str, Any]:
+    """One of the report's largest clusters: its representative first, then members."""
+    return {
+        "size": size,
+        "representative": names[0],
+        "representative_snippet": snippets[0],
+        "members": [
+            {"row": names[k], "snippet": snippets[k],
+             "jaccard": None if np.isnan(jaccard[k]) else round(float(jaccard[k]), 4)}
+            for k in range(1, len(names))
+        ],
+    }
+
+
+def contamination_example(name: str, reference: str, jaccard: float,
+                          snippet: str) -> dict[str, Any]:
+    j = np.float32(jaccard)  # stored as float32, as the detail shows it
+    return {"row": name, "reference": reference,
+            "jaccard": None if np.isnan(j) else round(float(j), 4), "snippet": snippet}
 
 
 def _detail(text: str, jaccard: float) -> str:
