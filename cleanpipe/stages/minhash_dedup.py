@@ -192,6 +192,29 @@ class MinHashDedup(GlobalStage):
     def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> _Sketch:
         return self.sketch(batch, ctx)
 
+    # -- band-key API (distributed engines) ----------------------------------------------
+    def sketch_rows(self, prepared: _Sketch, seq: np.ndarray,
+                    row_ids: pa.Array | None = None) -> pa.Table:
+        """A prepared batch as sketch rows (:func:`cleanpipe.dedup.bands.sketch_table`):
+        what grouping and verification need of each row, keyed by ``seq``."""
+        return bands.sketch_table(seq, prepared.keys, prepared.valid, prepared.sets,
+                                  prepared.set_off, prepared.lengths, row_ids,
+                                  prepared.snippets)
+
+    def band_key_rows(self, prepared: _Sketch, seq: np.ndarray) -> pa.Table:
+        """``(band, key, seq)`` rows of a prepared batch: rows sharing ``(band, key)`` are
+        LSH candidates.
+
+            >>> import numpy as np, pyarrow as pa
+            >>> st = MinHashDedup(fields=["t"], bands=2, rows=4, num_perm=8)
+            >>> b = pa.record_batch({"t": ["one two three four five six", ""]})
+            >>> sk = st.prepare(b, BatchContext(b, ["t"]))
+            >>> t = st.band_key_rows(sk, np.array([40, 41]))
+            >>> t.column("band").to_pylist(), t.column("seq").to_pylist()
+            ([0, 1], [40, 40])
+        """
+        return bands.band_rows(self.sketch_rows(prepared, seq))
+
     # -- main process ------------------------------------------------------------------
     def observe(self, prepared: _Sketch, seq: np.ndarray, batch: pa.RecordBatch,
                 ctx: BatchContext) -> None:

@@ -1,0 +1,288 @@
+"""``minhash_dedup`` clustered on Ray: band keys, candidate pairs, verification and
+connected components as Ray Data shuffles, never the whole key array or edge list in one
+process.
+
+The driver sees, per chunk of the first pass, the chunk's sketch rows for as long as it
+takes to ``ray.put`` them (:meth:`RayMinHash.observe`), and after clustering only compact
+results: one ``(label, size)`` row per cluster, the few rows the report shows, and counts.
+Everything else runs in Ray tasks over hash partitions (:func:`co_group`), with the
+per-partition functions of :mod:`cleanpipe.dedup.partition_steps`:
+
+sketch rows ─ band rows ─(band, key)→ candidate pairs ─(left)→ + left sketch ─(right)→
+verified edges ─(node, rounds of large/small star)→ stars ─(leaf, centre)→ members with
+their kept row → decisions ``(seq, code, detail)``, joined back to the chunks by the engine.
+
+The rules are the in-memory path's own (same bucket pairs, same acceptance rule, same
+``keep`` choice over rows in seq order), so the decisions and the report section are
+identical to the local engine's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from cleanpipe.dedup import bands, partition_steps
+from cleanpipe.dedup.partition_steps import MEMBERS
+from cleanpipe.engine.ray_shuffle import co_group
+from cleanpipe.engine.rows import Rows
+from cleanpipe.stages.minhash_dedup import (
+    DECISIONS,
+    MinHashDedup,
+    _detail,
+    cluster_entry,
+    contamination_example,
+    decisions_table,
+    reference_name,
+)
+
+#: one entry per distributed clustering in this process (rounds, pair and edge counts):
+#: lets tests and users see that the distributed path ran and how many rounds it took
+RUNS: list[dict[str, int]] = []
+
+
+@contextlib.contextmanager
+def sort_shuffle() -> Iterator[None]:
+    """Ray Data's pull-based sort shuffle for the groupbys in this block.
+
+    The keys are already hashed into a few partitions, so the shuffle only moves one small
+    row per block and partition; the sort-based exchange does that in tasks, where the
+    hash-shuffle operator starts aggregator actors (seconds each on a small cluster).
+    """
+    from ray.data.context import DataContext, ShuffleStrategy
+
+    ctx = DataContext.get_current()
+    old = ctx.shuffle_strategy
+    ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    try:
+        yield
+    finally:
+        ctx.shuffle_strategy = old
+
+
+def collect(ray: Any, ds: Any, schema: pa.Schema) -> pa.Table:
+    """A (small) dataset as one Arrow table on the driver."""
+    tables = [t for t in ray.get(ds.to_arrow_refs()) if t.num_rows]
+    return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
+
+
+def components(edges: Any, parts: int) -> tuple[Any, int]:
+    """Star edges ``(hi, lo)`` of the graph ``edges`` (a dataset of ``hi``/``lo`` columns):
+    each node linked to the smallest node of its component. Alternates large-star and
+    small-star shuffles until an entire round moves no edge; returns the stars (a
+    materialized dataset) and the number of rounds."""
+    rounds = 0
+    while True:
+        rounds += 1
+        big = co_group([("e", edges.map_batches(partition_steps.directed,
+                                                batch_format="pyarrow"), "src")],
+                       partition_steps.large_star_step, parts).materialize()
+        small = co_group([("e", big.map_batches(partition_steps.directed,
+                                                batch_format="pyarrow"), "src")],
+                         partition_steps.small_star_step, parts).materialize()
+        moved = _sum(big, "changed") + _sum(small, "changed")
+        edges = small
+        if moved == 0:
+            return edges, rounds
+
+
+def _sum(ds: Any, column: str) -> int:
+    return int(ds.sum(column) or 0) if ds.count() else 0
+
+
+# -- small map functions (run in Ray tasks) ---------------------------------------------
+
+def training_edges(edges: pa.Table, first_ref: int) -> pa.Table:
+    right = edges.column("right").to_numpy()
+    t = edges.filter(pa.array(right < first_ref))
+    return pa.table([t.column("right"), t.column("left"),
+                     pa.array(np.zeros(t.num_rows, np.int64))], schema=partition_steps.STARS)
+
+
+def reference_edges(edges: pa.Table, first_ref: int) -> pa.Table:
+    left, right = edges.column("left").to_numpy(), edges.column("right").to_numpy()
+    return edges.filter(pa.array((left < first_ref) & (right >= first_ref)))
+
+
+def member_decisions(members: pa.Table) -> pa.Table:
+    seq, rep = members.column("seq").to_numpy(), members.column("rep").to_numpy()
+    dup = np.flatnonzero(seq != rep)
+    names = members.column("rep_row_id").take(pa.array(dup)).to_pylist()
+    jac = members.column("jaccard").to_numpy()[dup].astype(np.float32)
+    details = [_detail(f"near-duplicate of row {nm if nm is not None else f'seq {r}'}", j)
+               for nm, r, j in zip(names, rep[dup].tolist(), jac, strict=True)]
+    return decisions_table(seq[dup], ["near_duplicate"] * dup.size, details)
+
+
+def contamination_decisions(contam: pa.Table, offsets: list[tuple[int, str]]) -> pa.Table:
+    refs = contam.column("ref").to_pylist()
+    jac = contam.column("jaccard").to_numpy().astype(np.float32)
+    details = [_detail(f"near-duplicate of {reference_name(offsets, r)}", j)
+               for r, j in zip(refs, jac, strict=True)]
+    return decisions_table(contam.column("seq").to_numpy(),
+                           ["contaminated_near"] * contam.num_rows, details)
+
+
+def cluster_heads(members: pa.Table) -> pa.Table:
+    """``(label, size)`` of each cluster (its kept row's member row)."""
+    seq, rep = members.column("seq").to_numpy(), members.column("rep").to_numpy()
+    return members.filter(pa.array(seq == rep)).select(["label", "size"])
+
+
+def shown_members(members: pa.Table, labels: np.ndarray, shown: int) -> pa.Table:
+    """The members the report shows of clusters ``labels``: kept row and first others."""
+    rank = members.column("rank").to_numpy()
+    want = np.isin(members.column("label").to_numpy(), labels) & (rank < shown - 1)
+    return members.filter(pa.array(want))
+
+
+def first_rows(table: pa.Table, k: int) -> pa.Table:
+    """The ``k`` rows of smallest ``seq`` (per block; the driver merges the blocks)."""
+    order = np.argsort(table.column("seq").to_numpy(), kind="stable")[:k]
+    return table.take(pa.array(order))
+
+
+class RayMinHash:
+    """Collects a :class:`MinHashDedup`'s sketches during the first pass and clusters them
+    on the cluster; leaves the stage's report section on the stage and hands back the
+    decisions as a Ray dataset."""
+
+    def __init__(self, stage: MinHashDedup, ray: Any, parts: int) -> None:
+        self.stage = stage
+        self.ray = ray
+        self.parts = parts
+        self.refs: list[Any] = []
+        self.rows = 0
+        self.without_shingles = 0
+        self.shingles = 0
+        self.max_seq = -1
+        self.bytes = {"index": 0, "sets": 0, "names": 0}
+
+    def observe(self, prepared: Any, rows: Rows) -> None:
+        table = self.stage.sketch_rows(prepared, rows.seq, rows.row_ids)
+        self.refs.append(self.ray.put(table))
+        self.rows += table.num_rows
+        self.without_shingles += int((~prepared.valid).sum())
+        self.shingles += int(prepared.shingles)
+        self.max_seq = max(self.max_seq, int(rows.seq.max()))
+        self.bytes["index"] += table.column("keys").nbytes + 17 * table.num_rows
+        self.bytes["sets"] += table.column("set").nbytes
+        self.bytes["names"] += table.column("row_id").nbytes + table.column("snippet").nbytes
+
+    def _reference_refs(self, first_ref: int) -> list[tuple[int, str]]:
+        # offsets per reference batch, as the in-memory path numbers them
+        offsets = []
+        start = first_ref
+        for name, sk in self.stage._reference_sketches():
+            n = sk.valid.size
+            offsets.append((start, name))
+            self.refs.append(self.ray.put(self.stage.sketch_rows(
+                sk, np.arange(start, start + n, dtype=np.int64), None)))
+            start += n
+        return offsets
+
+    def finalize(self) -> Any:
+        """Cluster; returns the decisions dataset (``DECISIONS`` rows) or ``None``."""
+        with sort_shuffle():
+            return self._finalize()
+
+    def _finalize(self) -> Any:
+        g, ray, parts = self.stage, self.ray, self.parts
+        n_bands, rows_per_band = g.band_rows()
+        exact = g.verify == "exact"
+        first_ref = self.max_seq + 1
+        offsets = self._reference_refs(first_ref)
+        stats = {"rows": self.rows, "rounds": 0, "candidate_pairs": 0, "edges": 0}
+        if not self.refs:
+            self._report(np.zeros(0, np.int64), [], 0, 0, [], offsets)
+            RUNS.append(stats)
+            return None
+        sketches = ray.data.from_arrow_refs(self.refs)
+        band_rows = sketches.map_batches(bands.band_rows, batch_format="pyarrow")
+        pairs = co_group([("b", band_rows, partition_steps.band_key_hash)],
+                         partition_steps.bucket_step, parts,
+                         max_all_pairs=g.max_bucket_pairs)
+        with_left = co_group([("p", pairs, "left"), ("s", sketches, "seq")],
+                             partition_steps.attach_left_step, parts).materialize()
+        candidates = with_left.count()
+        edges = co_group([("p", with_left, "right"), ("s", sketches, "seq")],
+                         partition_steps.verify_step, parts, n_bands=n_bands,
+                         rows_per_band=rows_per_band, threshold=g.threshold,
+                         first_ref=first_ref, exact=exact).materialize()
+        stats.update(candidate_pairs=candidates, edges=edges.count())
+        train = edges.map_batches(training_edges, fn_kwargs={"first_ref": first_ref},
+                                  batch_format="pyarrow")
+        star, stats["rounds"] = components(train, parts)
+        leaves = co_group([("e", star, "hi"), ("s", sketches, "seq")],
+                          partition_steps.attach_leaf_step, parts)
+        members = co_group([("e", leaves, "lo"), ("s", sketches, "seq")],
+                           partition_steps.members_step, parts, keep=g.keep,
+                           exact=exact).materialize()
+        cross = edges.map_batches(reference_edges, fn_kwargs={"first_ref": first_ref},
+                                  batch_format="pyarrow")
+        contam = co_group([("e", cross, "left"), ("s", sketches, "seq")],
+                          partition_steps.contamination_step, parts).materialize()
+
+        heads = collect(ray, members.map_batches(cluster_heads, batch_format="pyarrow"),
+                        pa.schema([("label", pa.int64()), ("size", pa.int64())]))
+        sizes, labels = heads.column("size").to_numpy(), heads.column("label").to_numpy()
+        top = labels[np.lexsort((labels, -sizes))][:g.report_clusters]
+        shown = collect(ray, members.map_batches(
+            shown_members, fn_kwargs={"labels": top, "shown": 6}, batch_format="pyarrow"),
+            MEMBERS)
+        examples = collect(ray, contam.map_batches(first_rows, fn_kwargs={"k": 10},
+                                                   batch_format="pyarrow"),
+                           partition_steps.CONTAMINATION)
+        self._report(sizes, self._largest(top, shown), candidates, contam.count(),
+                     self._examples(examples, offsets), offsets)
+        RUNS.append(stats)
+        return members.map_batches(member_decisions, batch_format="pyarrow").union(
+            contam.map_batches(contamination_decisions, fn_kwargs={"offsets": offsets},
+                               batch_format="pyarrow"))
+
+    @staticmethod
+    def _largest(top: np.ndarray, shown: pa.Table) -> list[dict[str, Any]]:
+        label = shown.column("label").to_numpy()
+        rank = shown.column("rank").to_numpy()
+        out = []
+        for lab in top.tolist():
+            rows = np.flatnonzero(label == lab)
+            rows = rows[np.argsort(rank[rows], kind="stable")]  # kept row (-1) first
+            part = shown.take(pa.array(rows)).to_pylist()
+            out.append(cluster_entry(
+                int(part[0]["size"]),
+                [r["row_id"] if r["row_id"] is not None else f"seq {r['seq']}" for r in part],
+                [r["snippet"] or "" for r in part],
+                np.array([r["jaccard"] for r in part], dtype=np.float64)))
+        return out
+
+    @staticmethod
+    def _examples(examples: pa.Table, offsets: list[tuple[int, str]]) -> list[dict[str, Any]]:
+        rows = first_rows(examples, 10).to_pylist()
+        return [contamination_example(
+            r["row_id"] if r["row_id"] is not None else f"seq {r['seq']}",
+            reference_name(offsets, r["ref"]), r["jaccard"], r["snippet"] or "")
+            for r in rows]
+
+    def _report(self, sizes: np.ndarray, largest: list[dict[str, Any]], candidates: int,
+                contaminated: int, examples: list[dict[str, Any]],
+                offsets: list[tuple[int, str]]) -> None:
+        g, n = self.stage, max(self.rows, 1)
+        g._ref_offsets = offsets
+        g._report = g.section(
+            rows=self.rows, without_shingles=self.without_shingles, shingles=self.shingles,
+            candidates=candidates, cluster_sizes=sizes,
+            duplicates=int((sizes - 1).sum()), largest=largest, contaminated=contaminated,
+            contamination_examples=examples,
+            memory={"index_bytes_per_row": round(self.bytes["index"] / n, 1),
+                    "verify_store_bytes_per_row": round(self.bytes["sets"] / n, 1),
+                    "names_and_snippets_bytes_per_row": round(self.bytes["names"] / n, 1),
+                    "where": "Ray object store (sketch rows), not the driver"})
+        # decide() gets its rows' decisions with each chunk: no per-row state to ship
+        g._book = None
+        g._parts = []
+        g._decisions = DECISIONS.empty_table()
