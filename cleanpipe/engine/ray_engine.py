@@ -45,7 +45,7 @@ from cleanpipe.engine import local
 from cleanpipe.engine.apply import StageBatchStats, StageStats, apply_decide
 from cleanpipe.engine.local import RunState, Sinks, TaskResult, read_rows, segments_of
 from cleanpipe.engine.progress import Progress
-from cleanpipe.engine.ray_minhash import RayMinHash, sort_shuffle
+from cleanpipe.engine.ray_minhash import RayMinHash
 from cleanpipe.engine.ray_shuffle import co_group
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fields import discover_text_fields
@@ -209,12 +209,6 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
     ``partitions`` hash partitions (default: two per CPU of the cluster).
     """
     ray = _ensure_ray(address, workers or spec.workers)
-    with sort_shuffle():
-        return (yield from _execute(ray, spec, source, sinks, workers, progress, partitions))
-
-
-def _execute(ray: Any, spec: PipelineSpec, source: Any, sinks: Sinks, workers: int | None,
-             progress: Progress | None, partitions: int | None) -> Iterator[Rows]:
     stages = list(spec.stages)
     state = RunState([StageStats(s.name) for s in stages])
     progress = progress or Progress(enabled=False)

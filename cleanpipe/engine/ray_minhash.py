@@ -19,8 +19,6 @@ identical to the local engine's.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,7 +26,7 @@ import pyarrow as pa
 
 from cleanpipe.dedup import bands, partition_steps
 from cleanpipe.dedup.partition_steps import MEMBERS
-from cleanpipe.engine.ray_shuffle import co_group
+from cleanpipe.engine.ray_shuffle import co_group, use_sort_shuffle
 from cleanpipe.engine.rows import Rows
 from cleanpipe.stages.minhash_dedup import (
     DECISIONS,
@@ -43,25 +41,6 @@ from cleanpipe.stages.minhash_dedup import (
 #: one entry per distributed clustering in this process (rounds, pair and edge counts):
 #: lets tests and users see that the distributed path ran and how many rounds it took
 RUNS: list[dict[str, int]] = []
-
-
-@contextlib.contextmanager
-def sort_shuffle() -> Iterator[None]:
-    """Ray Data's pull-based sort shuffle for the groupbys in this block.
-
-    The keys are already hashed into a few partitions, so the shuffle only moves one small
-    row per block and partition; the sort-based exchange does that in tasks, where the
-    hash-shuffle operator starts aggregator actors (seconds each on a small cluster).
-    """
-    from ray.data.context import DataContext, ShuffleStrategy
-
-    ctx = DataContext.get_current()
-    old = ctx.shuffle_strategy
-    ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    try:
-        yield
-    finally:
-        ctx.shuffle_strategy = old
 
 
 def collect(ray: Any, ds: Any, schema: pa.Schema) -> pa.Table:
@@ -91,6 +70,7 @@ def components(edges: Any, parts: int) -> tuple[Any, int]:
 
 
 def _sum(ds: Any, column: str) -> int:
+    use_sort_shuffle(ds)  # the sum is an aggregation: a shuffle too
     return int(ds.sum(column) or 0) if ds.count() else 0
 
 
@@ -187,10 +167,6 @@ class RayMinHash:
 
     def finalize(self) -> Any:
         """Cluster; returns the decisions dataset (``DECISIONS`` rows) or ``None``."""
-        with sort_shuffle():
-            return self._finalize()
-
-    def _finalize(self) -> Any:
         g, ray, parts = self.stage, self.ray, self.parts
         n_bands, rows_per_band = g.band_rows()
         exact = g.verify == "exact"

@@ -91,6 +91,21 @@ def run_partition(group: pa.Table, *, fn: PartitionFn, names: list[str],
     return fn(tables, **kwargs)
 
 
+def use_sort_shuffle(ds: Any) -> None:
+    """Have ``ds`` (and the datasets derived from it) shuffle with Ray Data's pull-based
+    sort shuffle.
+
+    The keys are already hashed into a few partitions, so a shuffle here only moves one
+    small row per block and partition; the sort-based exchange does that in plain tasks,
+    while the default strategies start aggregator actors (seconds per shuffle on a small
+    cluster, tenths with this one). A dataset carries the context it was created with, so
+    this is set on the dataset, not on the global context.
+    """
+    from ray.data.context import ShuffleStrategy
+
+    ds.context.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+
+
 def co_group(inputs: list[tuple[str, Any, Key]], fn: PartitionFn, parts: int,
              **kwargs: Any) -> Any:
     """A Ray dataset of ``fn``'s outputs, one call per partition of the hashed keys.
@@ -102,6 +117,7 @@ def co_group(inputs: list[tuple[str, Any, Key]], fn: PartitionFn, parts: int,
                             batch_size=None, batch_format="pyarrow", zero_copy_batch=True)
              for name, ds, key in inputs]
     pieces = split[0].union(*split[1:]) if len(split) > 1 else split[0]
+    use_sort_shuffle(pieces)
     return pieces.groupby("part", num_partitions=parts).map_groups(
         run_partition, batch_format="pyarrow",
         fn_kwargs={"fn": fn, "names": [n for n, _, _ in inputs], "kwargs": kwargs})
