@@ -16,8 +16,8 @@ from cleanpipe.dedup import bands, cluster, kernels, stars
 from cleanpipe.stages.base import BatchContext
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 
-pytest.importorskip("ray")  # ray_minhash picks Ray Data's shuffle strategy
-from cleanpipe.engine import ray_minhash
+pytest.importorskip("ray")  # ray_dedup sets Ray Data's shuffle strategy
+from cleanpipe.engine import ray_dedup
 
 # -- a stand-in for the bits of Ray Data the driver logic uses -----------------------------
 
@@ -103,7 +103,7 @@ def _local(stage: MinHashDedup, batches: list) -> tuple[pa.Table, dict]:
 
 
 def _distributed(stage: MinHashDedup, batches: list, parts: int) -> tuple[pa.Table, dict]:
-    dist = ray_minhash.RayMinHash(stage, FAKE_RAY, parts)
+    dist = ray_dedup.RayMinHash(stage, FAKE_RAY, parts)
     for b, seq in batches:
         ids = pa.array([f"f:{s}" for s in seq])
         prepared = stage.prepare(b, BatchContext(b, ["text"], ids))
@@ -201,3 +201,43 @@ def test_partitioned_bucket_pairs_equal_in_memory_candidates() -> None:
     left, right = cluster.candidate_pairs(keys, valid, 8)
     assert got.column("left").to_pylist() == (seq[left]).tolist()
     assert got.column("right").to_pylist() == (seq[right]).tolist()
+
+
+def _exact_run(stage: Any, batches: list, parts: int | None) -> tuple[list[tuple], dict]:
+    """Exact dedup in memory (``parts=None``) or through the distributed grouping."""
+    dist = None if parts is None else ray_dedup.RayExactDedup(stage, FAKE_RAY, parts)
+    for b, seq in batches:
+        ids = pa.array([f"f:{s}" for s in seq])
+        ctx = BatchContext(b, ["text"], ids)
+        prepared = stage.prepare(b, ctx)
+        if dist is None:
+            stage.observe(prepared, seq, b, ctx)
+        else:
+            dist.observe(prepared, SimpleNamespace(seq=seq, row_ids=ids))
+    if dist is None:
+        stage.finalize()
+        dec = stage.decisions_for(np.concatenate([s for _, s in batches]))
+    else:
+        out = dist.finalize()
+        dec = pa.concat_tables(out.blocks) if out is not None and out.blocks else None
+    return _rows(dec), _without_memory(stage.report_section())
+
+
+@pytest.mark.parametrize("keep", ["first", "last", "longest"])
+@pytest.mark.parametrize("parts", [1, 4])
+def test_distributed_exact_groups_match_in_memory(keep: str, parts: int) -> None:
+    from cleanpipe.stages.exact_dedup import ExactDedup
+
+    rnd = random.Random(parts)
+    base = [f"row {i} " + "x" * rnd.randint(0, 5) for i in range(40)]
+    texts = [rnd.choice(base) + rnd.choice(["", " ", "  "]) for _ in range(300)]
+    ref = pa.table({"text": [base[3], base[7], "not in the corpus"]})
+    batches = _batches(texts, 29)
+
+    def make() -> ExactDedup:
+        return ExactDedup(fields=["text"], keep=keep, reference=[ref], report_clusters=4)
+
+    local = _exact_run(make(), batches, None)
+    dist = _exact_run(make(), batches, parts)
+    assert dist == local
+    assert local[1]["duplicates"] > 100 and local[1]["contamination"]["rows"] > 0

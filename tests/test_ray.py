@@ -31,7 +31,7 @@ from cleanpipe.stages.minhash_dedup import MinHashDedup
 from tests.conftest import realdata
 
 ray = pytest.importorskip("ray")
-from cleanpipe.engine import ray_minhash  # noqa: E402
+from cleanpipe.engine import ray_dedup  # noqa: E402
 from cleanpipe.engine.ray_engine import execute_ray, run_ray  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -115,12 +115,12 @@ def _comparable(report: dict[str, Any]) -> dict[str, Any]:
 
 def _same(make: Callable[[], Pipeline], source: Any) -> dict[str, Any]:
     local = _collect(execute, make(), source)
-    runs = len(ray_minhash.RUNS)
+    runs = len(ray_dedup.RUNS)
     distributed = _collect(execute_ray, make(), source)
-    # minhash_dedup clustered on the cluster, not on the driver
-    n_minhash = sum(isinstance(s, MinHashDedup) for s in make().spec.stages)
-    assert len(ray_minhash.RUNS) == runs + n_minhash
-    local["ray_runs"] = ray_minhash.RUNS[runs:]
+    # the dedup stages grouped on the cluster, not on the driver
+    n_dedup = sum(isinstance(s, (MinHashDedup, ExactDedup)) for s in make().spec.stages)
+    assert len(ray_dedup.RUNS) == runs + n_dedup
+    local["ray_runs"] = ray_dedup.RUNS[runs:]
     assert distributed["kept"] == local["kept"]
     assert distributed["quarantine"] == local["quarantine"]
     assert distributed["events"] == local["events"]
@@ -172,7 +172,7 @@ def test_t0_sample_identical(cluster) -> None:
     files = [str(p) for p in sorted(folder.glob("*.jsonl"))[:30]]
     local = _same(_full(1024), files)
     assert local["report"]["totals"]["read"] > 3000
-    assert local["ray_runs"][0]["edges"] > 0
+    assert next(r for r in local["ray_runs"] if r["stage"] == 1)["edges"] > 0
     assert local["quarantine"], "t0 has empty completions and duplicates"
 
 
@@ -204,7 +204,7 @@ def test_tldr_head_identical(cluster, tmp_path: Path) -> None:
                         batch_size=512)
     local = _same(make, head)
     assert local["report"]["totals"]["read"] == 3000
-    assert local["ray_runs"][0]["edges"] > 0
+    assert next(r for r in local["ray_runs"] if r["stage"] == 1)["edges"] > 0
     minhash = next(s for s in local["report"]["stages"] if s["name"] == "minhash_dedup")
     assert minhash["section"]["duplicates"] > 0
 
@@ -248,9 +248,9 @@ def test_components_on_ray_equal_union_find(cluster) -> None:
     hi, lo = np.maximum(a, b), np.minimum(a, b)
     edges = pa.table({"hi": hi, "lo": lo, "changed": np.zeros(hi.size, np.int64)})
     ds = ray.data.from_arrow([edges.slice(i, 200) for i in range(0, edges.num_rows, 200)])
-    star, rounds = ray_minhash.components(ds, parts=3)
+    star, rounds = ray_dedup.components(ds, parts=3)
     assert isinstance(star, ray.data.Dataset)
-    result = ray_minhash.collect(ray, star, partition_steps.STARS)
+    result = ray_dedup.collect(ray, star, partition_steps.STARS)
     nodes, labels = stars.labels_of(*np.unique(
         np.stack([result.column("hi").to_numpy(), result.column("lo").to_numpy()], 1),
         axis=0).T)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from cleanpipe.dedup import bands, cluster, kernels, stars
+from cleanpipe.dedup import bands, cluster, hashing, kernels, stars
 
 Tables = dict[str, "pa.Table | None"]
 
@@ -50,6 +50,10 @@ LEAVES = pa.schema([
     ("hi", pa.int64()), ("lo", pa.int64()), ("h_set", pa.large_list(pa.uint32())),
     ("h_length", pa.int64()), ("h_row_id", pa.large_string()),
     ("h_snippet", pa.large_string()),
+])
+HASH_ROWS_SCHEMA = pa.schema([
+    ("seq", pa.int64()), ("h0", pa.uint64()), ("h1", pa.uint64()), ("length", pa.int64()),
+    ("row_id", pa.large_string()), ("snippet", pa.large_string()),
 ])
 CONTAMINATION = pa.schema([
     ("seq", pa.int64()), ("ref", pa.int64()), ("jaccard", pa.float64()),
@@ -154,16 +158,21 @@ def members_step(tables: Tables, keep: cluster.Keep, exact: bool) -> pa.Table:
         centres.select(["lo", "lo", *cols]).rename_columns(["seq", "label", *LEAF_COLUMNS]),
     ]).combine_chunks()
     seq, label = _np(both, "seq"), _np(both, "label")
-    order = np.lexsort((seq, label))
-    both = both.take(pa.array(order))
-    seq, label, length = seq[order], label[order], _np(both, "length")
+    both = both.take(pa.array(np.lexsort((seq, label))))
+    return _members(both, keep, exact)
+
+
+def _members(rows: pa.Table, keep: cluster.Keep, exact: bool) -> pa.Table:
+    """:data:`MEMBERS` of ``rows`` (``seq``, ``label``, ``length``, ``row_id``, ``snippet``
+    and, when ``exact``, ``set``), sorted by label then seq."""
+    seq, label, length = _np(rows, "seq"), _np(rows, "label"), _np(rows, "length")
     # positions follow seq inside each cluster, so choose_kept's ties go to the first row
     rep_pos = cluster.choose_kept(label, length, keep)
     pos = np.arange(seq.size)
     other = rep_pos != pos
     jac = np.full(seq.size, np.nan)
     if exact and other.any():
-        values, off = bands.sets_of(both, "set")
+        values, off = bands.sets_of(rows, "set")
         jac[other] = kernels.pair_jaccard(values, off, pos[other], rep_pos[other])
     starts = np.ones(seq.size, dtype=bool)
     starts[1:] = label[1:] != label[:-1]
@@ -172,12 +181,75 @@ def members_step(tables: Tables, keep: cluster.Keep, exact: bool) -> pa.Table:
     done = np.cumsum(other)
     before = (done - other)[np.flatnonzero(starts)][group]
     rank = np.where(other, done - before - 1, -1)
-    row_id = both.column("row_id").combine_chunks()
+    row_id = rows.column("row_id").combine_chunks()
     return pa.table([
         pa.array(seq), pa.array(label), pa.array(seq[rep_pos]), pa.array(jac),
         pa.array(sizes.astype(np.int64)), pa.array(rank.astype(np.int64)), row_id,
-        both.column("snippet").combine_chunks(), row_id.take(pa.array(rep_pos)),
+        rows.column("snippet").combine_chunks(), row_id.take(pa.array(rep_pos)),
     ], schema=MEMBERS)
+
+
+# -- exact dedup: one "band", the content hash -------------------------------------------
+
+def _hash_order(rows: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """``rows`` sorted by (h0, h1, seq) and a mask of the first row of each hash."""
+    h0, h1, seq = _np(rows, "h0"), _np(rows, "h1"), _np(rows, "seq")
+    order = np.lexsort((seq, h1, h0))
+    rows = rows.take(pa.array(order))
+    h0, h1 = h0[order], h1[order]
+    first = np.ones(h0.size, dtype=bool)
+    first[1:] = (h0[1:] != h0[:-1]) | (h1[1:] != h1[:-1])
+    return rows, first
+
+
+def hash_groups_step(tables: Tables, keep: cluster.Keep, first_ref: int) -> pa.Table:
+    """:data:`MEMBERS` of every group of two or more training rows with equal content
+    hashes in this partition (partitioned by hash); the label is the group's first seq.
+
+        >>> h = pa.table({"seq": [1, 2, 3, 9], "h0": [5, 6, 5, 5], "h1": [0, 0, 0, 0],
+        ...               "length": [1, 1, 1, 1], "row_id": ["a", "b", "c", "r"],
+        ...               "snippet": ["", "", "", ""]}).cast(HASH_ROWS_SCHEMA)
+        >>> m = hash_groups_step({"h": h}, keep="first", first_ref=9)
+        >>> [(r["seq"], r["rep"], r["rep_row_id"]) for r in m.to_pylist()]
+        [(1, 1, 'a'), (3, 1, 'a')]
+    """
+    rows = tables.get("h")
+    if rows is None:
+        return MEMBERS.empty_table()
+    rows = rows.filter(pa.array(_np(rows, "seq") < first_ref))
+    if rows.num_rows == 0:
+        return MEMBERS.empty_table()
+    rows, first = _hash_order(rows)
+    group = np.cumsum(first) - 1
+    size = np.bincount(group)[group]
+    label = _np(rows, "seq")[np.flatnonzero(first)][group]
+    rows = rows.append_column("label", pa.array(label)).filter(pa.array(size >= 2))
+    if rows.num_rows == 0:
+        return MEMBERS.empty_table()
+    # groups are contiguous and seq-ordered: sorted by (label, seq) already
+    return _members(rows, keep, exact=False)
+
+
+def hash_contamination_step(tables: Tables, first_ref: int) -> pa.Table:
+    """For each training row whose content hash equals a reference row's, the first such
+    reference row (``ref`` counted from the first reference row)."""
+    rows = tables.get("h")
+    if rows is None:
+        return CONTAMINATION.empty_table()
+    is_ref = _np(rows, "seq") >= first_ref
+    train, refs = rows.filter(pa.array(~is_ref)), rows.filter(pa.array(is_ref))
+    if train.num_rows == 0 or refs.num_rows == 0:
+        return CONTAMINATION.empty_table()
+    refs = refs.take(pa.array(np.argsort(_np(refs, "seq"), kind="stable")))
+    hit = hashing.lookup(np.stack([_np(train, "h0"), _np(train, "h1")], axis=1),
+                         np.stack([_np(refs, "h0"), _np(refs, "h1")], axis=1))
+    found = np.flatnonzero(hit >= 0)
+    train = train.take(pa.array(found))
+    return pa.table([
+        train.column("seq"), pa.array(_np(refs, "seq")[hit[found]] - first_ref),
+        pa.array(np.full(found.size, np.nan)), train.column("row_id"),
+        train.column("snippet"),
+    ], schema=CONTAMINATION)
 
 
 def contamination_step(tables: Tables) -> pa.Table:

@@ -41,17 +41,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cleanpipe.dedup.decisions import DECISIONS
 from cleanpipe.engine import local
 from cleanpipe.engine.apply import StageBatchStats, StageStats, apply_decide
 from cleanpipe.engine.local import RunState, Sinks, TaskResult, read_rows, segments_of
 from cleanpipe.engine.progress import Progress
-from cleanpipe.engine.ray_minhash import RayMinHash
+from cleanpipe.engine.ray_dedup import RayGrouping, distributed
 from cleanpipe.engine.ray_shuffle import co_group
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.spec import PipelineSpec
 from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
-from cleanpipe.stages.minhash_dedup import DECISIONS, MinHashDedup
 
 #: object store of a cluster this engine starts itself (an existing cluster keeps its own)
 DEFAULT_OBJECT_STORE = 1 << 30
@@ -205,7 +205,8 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
     """:func:`cleanpipe.engine.local.execute` with the batch work on Ray Data.
 
     Same signature, same yields (kept rows in input order), same ``RunState``.
-    ``minhash_dedup`` clusters on the cluster (:mod:`cleanpipe.engine.ray_minhash`) over
+    ``minhash_dedup`` and ``exact_dedup`` group on the cluster
+    (:mod:`cleanpipe.engine.ray_dedup`) over
     ``partitions`` hash partitions (default: two per CPU of the cluster).
     """
     ray = _ensure_ray(address, workers or spec.workers)
@@ -246,12 +247,11 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
         refs = []
         first_seqs: list[int] = []
         g = stages[seg.closing] if seg.closing is not None else None
-        dist: RayMinHash | None = None
+        dist: RayGrouping | None = None
         if g is not None:
             assert isinstance(g, GlobalStage)
             g.setup()
-            if isinstance(g, MinHashDedup):
-                dist = RayMinHash(g, ray, parts)
+            dist = distributed(g, ray, parts)
         t_obs = 0.0
         for _, (decided, res) in results:
             res: TaskResult

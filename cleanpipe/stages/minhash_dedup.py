@@ -10,6 +10,12 @@ import pyarrow as pa
 from pydantic import Field, PrivateAttr, model_validator
 
 from cleanpipe.dedup import bands, cluster, external, kernels
+from cleanpipe.dedup.decisions import (
+    DECISIONS,
+    decisions_at,
+    decisions_table,
+    reference_name,
+)
 from cleanpipe.dedup.minhash import (
     HashName,
     Scheme,
@@ -35,6 +41,12 @@ class _Sketch:
     lengths: np.ndarray
     snippets: pa.Array | None
     shingles: int
+
+
+#: decide's codes, in the order their findings are added
+CODES = ("near_duplicate", "contaminated_near")
+
+__all__ = ["DECISIONS", "MinHashDedup", "decisions_table", "reference_name"]
 
 
 class MinHashDedup(GlobalStage):
@@ -421,7 +433,7 @@ class MinHashDedup(GlobalStage):
         table = self._decisions if self._decisions is not None else self.decisions_for(seq)
         found = Findings(self.name)
         counts = {}
-        for code, (pos, details) in decisions_at(table, seq).items():
+        for code, (pos, details) in decisions_at(table, seq, CODES).items():
             found.add(pos, code, self.action_of(code), detail=details)
             counts[code] = int(pos.size)
         return BatchResult(None, found, {"near_duplicate": counts.get("near_duplicate", 0),
@@ -430,53 +442,6 @@ class MinHashDedup(GlobalStage):
 
     def report_section(self) -> dict[str, Any]:
         return dict(self._report)
-
-
-#: ``decide``'s findings as a table: one row per (row, code), the detail shown in events
-DECISIONS = pa.schema([("seq", pa.int64()), ("code", pa.string()), ("detail", pa.string())])
-
-
-def decisions_table(seq: np.ndarray, codes: list[str], details: list[str]) -> pa.Table:
-    return pa.table([pa.array(np.asarray(seq, np.int64)), pa.array(codes, pa.string()),
-                     pa.array(details, pa.string())], schema=DECISIONS)
-
-
-def decisions_at(table: pa.Table, seq: np.ndarray) -> dict[str, tuple[np.ndarray, list[str]]]:
-    """Per code (``near_duplicate`` first), the batch positions of ``table``'s rows among
-    ``seq`` in row order, with their details. Rows of other batches are ignored.
-
-        >>> t = decisions_table(np.array([7, 5, 9]), ["near_duplicate"] * 2 +
-        ...                     ["contaminated_near"], ["b", "a", "c"])
-        >>> decisions_at(t, np.array([5, 6, 7]))
-        {'near_duplicate': (array([0, 2]), ['a', 'b'])}
-    """
-    seq = np.asarray(seq, dtype=np.int64)
-    order = np.argsort(seq, kind="stable")
-    sorted_seq = seq[order]
-    t_seq = table.column("seq").to_numpy()
-    at = np.searchsorted(sorted_seq, t_seq)
-    ok = at < seq.size
-    ok[ok] = sorted_seq[at[ok]] == t_seq[ok]
-    codes = np.asarray(table.column("code").to_pylist(), dtype=object)
-    details = table.column("detail").to_pylist()
-    out: dict[str, tuple[np.ndarray, list[str]]] = {}
-    for code in ("near_duplicate", "contaminated_near"):
-        rows = np.flatnonzero(ok & (codes == code)) if codes.size else np.zeros(0, np.int64)
-        if rows.size == 0:
-            continue
-        pos = order[at[rows]]
-        by_pos = np.argsort(pos, kind="stable")
-        out[code] = (pos[by_pos], [details[k] for k in rows[by_pos]])
-    return out
-
-
-def reference_name(offsets: list[tuple[int, str]], idx: int) -> str:
-    """``"<reference> row k"`` of combined index ``idx``, given each reference's start."""
-    name, base = "reference", 0
-    for start, ref_name in offsets:
-        if idx >= start:
-            name, base = ref_name, start
-    return f"{name} row {idx - base}"
 
 
 def cluster_entry(size: int, names: list[str], snippets: list[str],

@@ -1,6 +1,6 @@
-"""``minhash_dedup`` clustered on Ray: band keys, candidate pairs, verification and
-connected components as Ray Data shuffles, never the whole key array or edge list in one
-process.
+"""Dedup stages grouped on Ray: ``minhash_dedup``'s band keys, candidate pairs,
+verification and connected components, and ``exact_dedup``'s content-hash groups, as Ray
+Data shuffles, never the whole key array or edge list in one process.
 
 The driver sees, per chunk of the first pass, the chunk's sketch rows for as long as it
 takes to ``ray.put`` them (:meth:`RayMinHash.observe`), and after clustering only compact
@@ -12,13 +12,18 @@ sketch rows ─ band rows ─(band, key)→ candidate pairs ─(left)→ + left 
 verified edges ─(node, rounds of large/small star)→ stars ─(leaf, centre)→ members with
 their kept row → decisions ``(seq, code, detail)``, joined back to the chunks by the engine.
 
+``exact_dedup`` is the same with one "band": hash rows partitioned by their 128-bit hash,
+groups of equal hashes are the clusters (no pairs or components needed), reference rows
+ride in the same partitions to find copies of an eval set.
+
 The rules are the in-memory path's own (same bucket pairs, same acceptance rule, same
-``keep`` choice over rows in seq order), so the decisions and the report section are
+``keep`` choice over rows in seq order), so the decisions and the report sections are
 identical to the local engine's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,6 +33,9 @@ from cleanpipe.dedup import bands, partition_steps
 from cleanpipe.dedup.partition_steps import MEMBERS
 from cleanpipe.engine.ray_shuffle import co_group, use_sort_shuffle
 from cleanpipe.engine.rows import Rows
+from cleanpipe.stages import exact_dedup
+from cleanpipe.stages.base import GlobalStage
+from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import (
     DECISIONS,
     MinHashDedup,
@@ -38,9 +46,18 @@ from cleanpipe.stages.minhash_dedup import (
     reference_name,
 )
 
-#: one entry per distributed clustering in this process (rounds, pair and edge counts):
-#: lets tests and users see that the distributed path ran and how many rounds it took
+#: one entry per distributed grouping in this process (``stage`` 0: exact, 1: MinHash;
+#: rounds, pair and edge counts): shows tests and users that the distributed path ran
 RUNS: list[dict[str, int]] = []
+
+
+def distributed(stage: GlobalStage, ray: Any, parts: int) -> RayGrouping | None:
+    """The distributed grouping of ``stage``, or ``None`` (then it runs on the driver)."""
+    if isinstance(stage, MinHashDedup):
+        return RayMinHash(stage, ray, parts)
+    if isinstance(stage, ExactDedup):
+        return RayExactDedup(stage, ray, parts)
+    return None
 
 
 def collect(ray: Any, ds: Any, schema: pa.Schema) -> pa.Table:
@@ -88,23 +105,37 @@ def reference_edges(edges: pa.Table, first_ref: int) -> pa.Table:
     return edges.filter(pa.array((left < first_ref) & (right >= first_ref)))
 
 
-def member_decisions(members: pa.Table) -> pa.Table:
+def member_decisions(members: pa.Table, exact: bool) -> pa.Table:
+    """Decisions for the non-kept members of clusters (``exact``: of exact_dedup)."""
     seq, rep = members.column("seq").to_numpy(), members.column("rep").to_numpy()
     dup = np.flatnonzero(seq != rep)
-    names = members.column("rep_row_id").take(pa.array(dup)).to_pylist()
+    names = [nm if nm is not None else f"seq {r}" for nm, r in zip(
+        members.column("rep_row_id").take(pa.array(dup)).to_pylist(), rep[dup].tolist(),
+        strict=True)]
+    if exact:
+        return decisions_table(seq[dup], [exact_dedup.CODES[0]] * dup.size,
+                               [f"duplicate of row {nm}" for nm in names])
     jac = members.column("jaccard").to_numpy()[dup].astype(np.float32)
-    details = [_detail(f"near-duplicate of row {nm if nm is not None else f'seq {r}'}", j)
-               for nm, r, j in zip(names, rep[dup].tolist(), jac, strict=True)]
+    details = [_detail(f"near-duplicate of row {nm}", j)
+               for nm, j in zip(names, jac, strict=True)]
     return decisions_table(seq[dup], ["near_duplicate"] * dup.size, details)
 
 
-def contamination_decisions(contam: pa.Table, offsets: list[tuple[int, str]]) -> pa.Table:
+def contamination_decisions(contam: pa.Table, offsets: list[tuple[int, str]],
+                            exact: bool) -> pa.Table:
     refs = contam.column("ref").to_pylist()
+    seq = contam.column("seq").to_numpy()
+    if exact:
+        return decisions_table(seq, [exact_dedup.CODES[1]] * contam.num_rows,
+                               [f"copy of {reference_name(offsets, r)}" for r in refs])
     jac = contam.column("jaccard").to_numpy().astype(np.float32)
     details = [_detail(f"near-duplicate of {reference_name(offsets, r)}", j)
                for r, j in zip(refs, jac, strict=True)]
-    return decisions_table(contam.column("seq").to_numpy(),
-                           ["contaminated_near"] * contam.num_rows, details)
+    return decisions_table(seq, ["contaminated_near"] * contam.num_rows, details)
+
+
+def shift_seq(table: pa.Table, by: int) -> pa.Table:
+    return table.set_column(0, "seq", pa.array(table.column("seq").to_numpy() + by))
 
 
 def cluster_heads(members: pa.Table) -> pa.Table:
@@ -126,25 +157,128 @@ def first_rows(table: pa.Table, k: int) -> pa.Table:
     return table.take(pa.array(order))
 
 
-class RayMinHash:
+class RayGrouping:
+    """What the distributed dedup stages share: their first-pass rows go to the object
+    store, and after grouping the driver pulls only the report's few rows."""
+
+    def __init__(self, ray: Any, parts: int) -> None:
+        self.ray = ray
+        self.parts = parts
+        self.refs: list[Any] = []
+        self.rows = 0
+        self.max_seq = -1
+
+    def _put(self, table: pa.Table) -> None:
+        self.refs.append(self.ray.put(table))
+
+    def _report_rows(self, members: Any, contam: Any, report_clusters: int,
+                     ) -> tuple[np.ndarray, np.ndarray, pa.Table, pa.Table]:
+        """Sizes of all clusters, the labels of the largest (ties: smallest label), their
+        shown members, and the first ten contaminated rows."""
+        ray = self.ray
+        heads = collect(ray, members.map_batches(cluster_heads, batch_format="pyarrow"),
+                        pa.schema([("label", pa.int64()), ("size", pa.int64())]))
+        sizes, labels = heads.column("size").to_numpy(), heads.column("label").to_numpy()
+        top = labels[np.lexsort((labels, -sizes))][:report_clusters]
+        shown = collect(ray, members.map_batches(
+            shown_members, fn_kwargs={"labels": top, "shown": 6}, batch_format="pyarrow"),
+            MEMBERS)
+        examples = collect(ray, contam.map_batches(first_rows, fn_kwargs={"k": 10},
+                                                   batch_format="pyarrow"),
+                           partition_steps.CONTAMINATION)
+        return sizes, top, shown, first_rows(examples, 10)
+
+    @staticmethod
+    def _shown(top: np.ndarray, shown: pa.Table) -> Iterator[list[dict[str, Any]]]:
+        """Per cluster of ``top``, its shown member rows, kept row first."""
+        label = shown.column("label").to_numpy()
+        rank = shown.column("rank").to_numpy()
+        for lab in top.tolist():
+            rows = np.flatnonzero(label == lab)
+            rows = rows[np.argsort(rank[rows], kind="stable")]  # kept row (-1) first
+            yield shown.take(pa.array(rows)).to_pylist()
+
+
+def _name(row: dict[str, Any]) -> str:
+    return row["row_id"] if row["row_id"] is not None else f"seq {row['seq']}"
+
+
+class RayExactDedup(RayGrouping):
+    """:class:`ExactDedup` grouped on the cluster: hash rows partitioned by hash."""
+
+    def __init__(self, stage: ExactDedup, ray: Any, parts: int) -> None:
+        super().__init__(ray, parts)
+        self.stage = stage
+        self.bytes = {"index": 0, "names": 0}
+
+    def observe(self, prepared: Any, rows: Rows) -> None:
+        table = self.stage.hash_table(prepared, rows.seq, rows.row_ids)
+        self._put(table)
+        self.rows += table.num_rows
+        self.max_seq = max(self.max_seq, int(rows.seq.max()))
+        self.bytes["index"] += 32 * table.num_rows  # two hash halves, seq, length
+        self.bytes["names"] += table.column("row_id").nbytes + table.column("snippet").nbytes
+
+    def finalize(self) -> Any:
+        """Group; returns the decisions dataset (``DECISIONS`` rows) or ``None``."""
+        g, parts = self.stage, self.parts
+        first_ref = self.max_seq + 1
+        tables, offsets = g.reference_tables()
+        for t in tables:
+            self._put(shift_seq(t, first_ref))
+        g._ref_offsets = offsets
+        RUNS.append({"stage": 0, "rows": self.rows})
+        if not self.refs:
+            self._report(np.zeros(0, np.int64), [], 0, [])
+            return None
+        hashed = self.ray.data.from_arrow_refs(self.refs)
+        members = co_group([("h", hashed, "h0")], partition_steps.hash_groups_step, parts,
+                           keep=g.keep, first_ref=first_ref).materialize()
+        contam = co_group([("h", hashed, "h0")], partition_steps.hash_contamination_step,
+                          parts, first_ref=first_ref).materialize()
+        sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)
+        largest = [exact_dedup.cluster_entry(int(rows[0]["size"]),
+                                             [_name(r) for r in rows],
+                                             [r["snippet"] or "" for r in rows])
+                   for rows in self._shown(top, shown)]
+        self._report(sizes, largest, contam.count(), [
+            {"row": _name(r), "reference": reference_name(offsets, r["ref"]),
+             "snippet": r["snippet"] or ""} for r in examples.to_pylist()])
+        return members.map_batches(member_decisions, fn_kwargs={"exact": True},
+                                   batch_format="pyarrow").union(
+            contam.map_batches(contamination_decisions,
+                               fn_kwargs={"offsets": offsets, "exact": True},
+                               batch_format="pyarrow"))
+
+    def _report(self, sizes: np.ndarray, largest: list[dict[str, Any]], contaminated: int,
+                examples: list[dict[str, Any]]) -> None:
+        g, n = self.stage, max(self.rows, 1)
+        g._report = g.section(
+            rows=self.rows, cluster_sizes=sizes, duplicates=int((sizes - 1).sum()),
+            largest=largest, contaminated=contaminated, contamination_examples=examples,
+            memory={"index_bytes_per_row": round(self.bytes["index"] / n, 1),
+                    "names_and_snippets_bytes_per_row": round(self.bytes["names"] / n, 1),
+                    "where": "Ray object store (hash rows), not the driver"})
+        g._book = None
+        g._hashes = []
+        g._decisions = DECISIONS.empty_table()
+
+
+class RayMinHash(RayGrouping):
     """Collects a :class:`MinHashDedup`'s sketches during the first pass and clusters them
     on the cluster; leaves the stage's report section on the stage and hands back the
     decisions as a Ray dataset."""
 
     def __init__(self, stage: MinHashDedup, ray: Any, parts: int) -> None:
+        super().__init__(ray, parts)
         self.stage = stage
-        self.ray = ray
-        self.parts = parts
-        self.refs: list[Any] = []
-        self.rows = 0
         self.without_shingles = 0
         self.shingles = 0
-        self.max_seq = -1
         self.bytes = {"index": 0, "sets": 0, "names": 0}
 
     def observe(self, prepared: Any, rows: Rows) -> None:
         table = self.stage.sketch_rows(prepared, rows.seq, rows.row_ids)
-        self.refs.append(self.ray.put(table))
+        self._put(table)
         self.rows += table.num_rows
         self.without_shingles += int((~prepared.valid).sum())
         self.shingles += int(prepared.shingles)
@@ -160,8 +294,7 @@ class RayMinHash:
         for name, sk in self.stage._reference_sketches():
             n = sk.valid.size
             offsets.append((start, name))
-            self.refs.append(self.ray.put(self.stage.sketch_rows(
-                sk, np.arange(start, start + n, dtype=np.int64), None)))
+            self._put(self.stage.sketch_rows(sk, np.arange(start, start + n, dtype=np.int64)))
             start += n
         return offsets
 
@@ -172,7 +305,8 @@ class RayMinHash:
         exact = g.verify == "exact"
         first_ref = self.max_seq + 1
         offsets = self._reference_refs(first_ref)
-        stats = {"rows": self.rows, "rounds": 0, "candidate_pairs": 0, "edges": 0}
+        stats = {"stage": 1, "rows": self.rows, "rounds": 0, "candidate_pairs": 0,
+                 "edges": 0}
         if not self.refs:
             self._report(np.zeros(0, np.int64), [], 0, 0, [], offsets)
             RUNS.append(stats)
@@ -203,46 +337,21 @@ class RayMinHash:
         contam = co_group([("e", cross, "left"), ("s", sketches, "seq")],
                           partition_steps.contamination_step, parts).materialize()
 
-        heads = collect(ray, members.map_batches(cluster_heads, batch_format="pyarrow"),
-                        pa.schema([("label", pa.int64()), ("size", pa.int64())]))
-        sizes, labels = heads.column("size").to_numpy(), heads.column("label").to_numpy()
-        top = labels[np.lexsort((labels, -sizes))][:g.report_clusters]
-        shown = collect(ray, members.map_batches(
-            shown_members, fn_kwargs={"labels": top, "shown": 6}, batch_format="pyarrow"),
-            MEMBERS)
-        examples = collect(ray, contam.map_batches(first_rows, fn_kwargs={"k": 10},
-                                                   batch_format="pyarrow"),
-                           partition_steps.CONTAMINATION)
-        self._report(sizes, self._largest(top, shown), candidates, contam.count(),
-                     self._examples(examples, offsets), offsets)
+        sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)
+        largest = [cluster_entry(int(rows[0]["size"]), [_name(r) for r in rows],
+                                 [r["snippet"] or "" for r in rows],
+                                 np.array([r["jaccard"] for r in rows], dtype=np.float64))
+                   for rows in self._shown(top, shown)]
+        self._report(sizes, largest, candidates, contam.count(), [
+            contamination_example(_name(r), reference_name(offsets, r["ref"]), r["jaccard"],
+                                  r["snippet"] or "") for r in examples.to_pylist()],
+            offsets)
         RUNS.append(stats)
-        return members.map_batches(member_decisions, batch_format="pyarrow").union(
-            contam.map_batches(contamination_decisions, fn_kwargs={"offsets": offsets},
+        return members.map_batches(member_decisions, fn_kwargs={"exact": False},
+                                   batch_format="pyarrow").union(
+            contam.map_batches(contamination_decisions,
+                               fn_kwargs={"offsets": offsets, "exact": False},
                                batch_format="pyarrow"))
-
-    @staticmethod
-    def _largest(top: np.ndarray, shown: pa.Table) -> list[dict[str, Any]]:
-        label = shown.column("label").to_numpy()
-        rank = shown.column("rank").to_numpy()
-        out = []
-        for lab in top.tolist():
-            rows = np.flatnonzero(label == lab)
-            rows = rows[np.argsort(rank[rows], kind="stable")]  # kept row (-1) first
-            part = shown.take(pa.array(rows)).to_pylist()
-            out.append(cluster_entry(
-                int(part[0]["size"]),
-                [r["row_id"] if r["row_id"] is not None else f"seq {r['seq']}" for r in part],
-                [r["snippet"] or "" for r in part],
-                np.array([r["jaccard"] for r in part], dtype=np.float64)))
-        return out
-
-    @staticmethod
-    def _examples(examples: pa.Table, offsets: list[tuple[int, str]]) -> list[dict[str, Any]]:
-        rows = first_rows(examples, 10).to_pylist()
-        return [contamination_example(
-            r["row_id"] if r["row_id"] is not None else f"seq {r['seq']}",
-            reference_name(offsets, r["ref"]), r["jaccard"], r["snippet"] or "")
-            for r in rows]
 
     def _report(self, sizes: np.ndarray, largest: list[dict[str, Any]], candidates: int,
                 contaminated: int, examples: list[dict[str, Any]],
