@@ -153,6 +153,16 @@ def test_small_fixture_identical(cluster, tmp_path: Path) -> None:
     assert local["report"]["totals"]["changed"] >= 1
 
 
+def test_dedup_without_rows_identical(cluster, tmp_path: Path) -> None:
+    """Every row dropped before the dedup stages: their sections still match local's."""
+    src = tmp_path / "blank.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["", " ", "\t"]),
+                   encoding="utf-8")
+    local = _same(_full(2), src)
+    sections = [s["section"] for s in local["report"]["stages"] if s["name"].endswith("dedup")]
+    assert len(sections) == 2 and all(s["rows"] == 0 for s in sections)
+
+
 def test_run_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in

@@ -283,8 +283,9 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
             break
         t0 = time.perf_counter()
         if dist is not None:
-            chunks = join_decisions(ray, refs, first_seqs, dist.finalize(), parts) \
-                if refs else None
+            # finalize even without rows: the report section must still be written
+            decisions = dist.finalize()
+            chunks = join_decisions(ray, refs, first_seqs, decisions, parts) if refs else None
         else:
             g.finalize()
             chunks = ray.data.from_arrow_refs(refs) if refs else None
