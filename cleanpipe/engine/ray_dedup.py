@@ -23,7 +23,8 @@ identical to the local engine's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,8 @@ from cleanpipe.stages.minhash_dedup import (
 )
 
 #: one entry per distributed grouping in this process (``stage`` 0: exact, 1: MinHash;
-#: rounds, pair and edge counts): shows tests and users that the distributed path ran
+#: rounds, pair and edge counts, ``s_*`` phase times in ms): shows tests and users that
+#: the distributed path ran, and where its time went
 RUNS: list[dict[str, int]] = []
 
 
@@ -84,6 +86,25 @@ def components(edges: Any, parts: int) -> tuple[Any, int]:
         edges = small
         if moved == 0:
             return edges, rounds
+
+
+def _stopwatch() -> Callable[[], int]:
+    """Milliseconds since the previous call (phase timings in :data:`RUNS`)."""
+    last = [time.perf_counter()]
+
+    def lap() -> int:
+        now = time.perf_counter()
+        ms, last[0] = int(1000 * (now - last[0])), now
+        return ms
+    return lap
+
+
+def select(table: pa.Table, names: list[str]) -> pa.Table:
+    return table.select(names)
+
+
+def _columns(ds: Any, names: list[str]) -> Any:
+    return ds.map_batches(select, fn_kwargs={"names": names}, batch_format="pyarrow")
 
 
 def _sum(ds: Any, column: str) -> int:
@@ -234,8 +255,12 @@ class RayExactDedup(RayGrouping):
         hashed = self.ray.data.from_arrow_refs(self.refs)
         members = co_group([("h", hashed, "h0")], partition_steps.hash_groups_step, parts,
                            keep=g.keep, first_ref=first_ref).materialize()
-        contam = co_group([("h", hashed, "h0")], partition_steps.hash_contamination_step,
-                          parts, first_ref=first_ref).materialize()
+        if offsets:
+            contam = co_group([("h", hashed, "h0")], partition_steps.hash_contamination_step,
+                              parts, first_ref=first_ref).materialize()
+        else:  # no reference set: nothing to look up
+            contam = self.ray.data.from_arrow_refs([self.ray.put(
+                partition_steps.CONTAMINATION.empty_table())])
         sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)
         largest = [exact_dedup.cluster_entry(int(rows[0]["size"]),
                                              [_name(r) for r in rows],
@@ -307,6 +332,7 @@ class RayMinHash(RayGrouping):
         offsets = self._reference_refs(first_ref)
         stats = {"stage": 1, "rows": self.rows, "rounds": 0, "candidate_pairs": 0,
                  "edges": 0}
+        _lap = _stopwatch()
         if not self.refs:
             self._report(np.zeros(0, np.int64), [], 0, 0, [], offsets)
             RUNS.append(stats)
@@ -316,27 +342,37 @@ class RayMinHash(RayGrouping):
         pairs = co_group([("b", band_rows, partition_steps.band_key_hash)],
                          partition_steps.bucket_step, parts,
                          max_all_pairs=g.max_bucket_pairs)
-        with_left = co_group([("p", pairs, "left"), ("s", sketches, "seq")],
+        # each join ships only the sketch columns its step reads
+        for_pairs = _columns(sketches, ["seq", "keys", "set"])
+        for_members = _columns(sketches, ["seq", *partition_steps.LEAF_COLUMNS])
+        with_left = co_group([("p", pairs, "left"), ("s", for_pairs, "seq")],
                              partition_steps.attach_left_step, parts).materialize()
+        stats["s_pairs"] = _lap()
         candidates = with_left.count()
-        edges = co_group([("p", with_left, "right"), ("s", sketches, "seq")],
+        edges = co_group([("p", with_left, "right"), ("s", for_pairs, "seq")],
                          partition_steps.verify_step, parts, n_bands=n_bands,
                          rows_per_band=rows_per_band, threshold=g.threshold,
                          first_ref=first_ref, exact=exact).materialize()
-        stats.update(candidate_pairs=candidates, edges=edges.count())
+        stats.update(candidate_pairs=candidates, edges=edges.count(), s_verify=_lap())
         train = edges.map_batches(training_edges, fn_kwargs={"first_ref": first_ref},
                                   batch_format="pyarrow")
         star, stats["rounds"] = components(train, parts)
-        leaves = co_group([("e", star, "hi"), ("s", sketches, "seq")],
+        stats["s_components"] = _lap()
+        leaves = co_group([("e", star, "hi"), ("s", for_members, "seq")],
                           partition_steps.attach_leaf_step, parts)
-        members = co_group([("e", leaves, "lo"), ("s", sketches, "seq")],
+        members = co_group([("e", leaves, "lo"), ("s", for_members, "seq")],
                            partition_steps.members_step, parts, keep=g.keep,
                            exact=exact).materialize()
-        cross = edges.map_batches(reference_edges, fn_kwargs={"first_ref": first_ref},
-                                  batch_format="pyarrow")
-        contam = co_group([("e", cross, "left"), ("s", sketches, "seq")],
-                          partition_steps.contamination_step, parts).materialize()
-
+        if offsets:
+            cross = edges.map_batches(reference_edges, fn_kwargs={"first_ref": first_ref},
+                                      batch_format="pyarrow")
+            contam = co_group([("e", cross, "left"),
+                               ("s", _columns(sketches, ["seq", "row_id", "snippet"]), "seq")],
+                              partition_steps.contamination_step, parts).materialize()
+        else:  # no reference set: nothing to join
+            contam = ray.data.from_arrow_refs([ray.put(
+                partition_steps.CONTAMINATION.empty_table())])
+        stats["s_members"] = _lap()
         sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)
         largest = [cluster_entry(int(rows[0]["size"]), [_name(r) for r in rows],
                                  [r["snippet"] or "" for r in rows],
@@ -346,6 +382,7 @@ class RayMinHash(RayGrouping):
             contamination_example(_name(r), reference_name(offsets, r["ref"]), r["jaccard"],
                                   r["snippet"] or "") for r in examples.to_pylist()],
             offsets)
+        stats["s_report"] = _lap()
         RUNS.append(stats)
         return members.map_batches(member_decisions, fn_kwargs={"exact": False},
                                    batch_format="pyarrow").union(
