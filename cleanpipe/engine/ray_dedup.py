@@ -40,10 +40,10 @@ from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import (
     DECISIONS,
     MinHashDedup,
-    _detail,
     cluster_entry,
     contamination_example,
     decisions_table,
+    detail_text,
     reference_name,
 )
 
@@ -137,7 +137,7 @@ def member_decisions(members: pa.Table, exact: bool) -> pa.Table:
         return decisions_table(seq[dup], [exact_dedup.CODES[0]] * dup.size,
                                [f"duplicate of row {nm}" for nm in names])
     jac = members.column("jaccard").to_numpy()[dup].astype(np.float32)
-    details = [_detail(f"near-duplicate of row {nm}", j)
+    details = [detail_text(f"near-duplicate of row {nm}", j)
                for nm, j in zip(names, jac, strict=True)]
     return decisions_table(seq[dup], ["near_duplicate"] * dup.size, details)
 
@@ -150,7 +150,7 @@ def contamination_decisions(contam: pa.Table, offsets: list[tuple[int, str]],
         return decisions_table(seq, [exact_dedup.CODES[1]] * contam.num_rows,
                                [f"copy of {reference_name(offsets, r)}" for r in refs])
     jac = contam.column("jaccard").to_numpy().astype(np.float32)
-    details = [_detail(f"near-duplicate of {reference_name(offsets, r)}", j)
+    details = [detail_text(f"near-duplicate of {reference_name(offsets, r)}", j)
                for r, j in zip(refs, jac, strict=True)]
     return decisions_table(seq, ["contaminated_near"] * contam.num_rows, details)
 

@@ -413,9 +413,9 @@ class MinHashDedup(GlobalStage):
         idx = book.index_of(seq)
         dup = np.flatnonzero(self._rep[idx] != idx)
         hit = np.flatnonzero(self._contam[idx] >= 0)
-        details = [_detail(f"near-duplicate of row {nm}", j) for nm, j in
+        details = [detail_text(f"near-duplicate of row {nm}", j) for nm, j in
                    zip(book.names(self._rep[idx[dup]]), self._dup_j[idx[dup]], strict=True)]
-        details += [_detail(f"near-duplicate of {self._ref_name(int(r))}", j)
+        details += [detail_text(f"near-duplicate of {self._ref_name(int(r))}", j)
                     for r, j in zip(self._contam[idx[hit]], self._contam_j[idx[hit]],
                                     strict=True)]
         return decisions_table(np.concatenate([seq[dup], seq[hit]]),
@@ -466,5 +466,10 @@ def contamination_example(name: str, reference: str, jaccard: float,
             "jaccard": None if np.isnan(j) else round(float(j), 4), "snippet": snippet}
 
 
-def _detail(text: str, jaccard: float) -> str:
+def detail_text(text: str, jaccard: float) -> str:
+    """A decision's detail, with the Jaccard when it is known.
+
+    >>> detail_text("near-duplicate of row a:1", np.float32(0.8125)), detail_text("x", np.nan)
+    ('near-duplicate of row a:1 (Jaccard 0.81)', 'x')
+    """
     return text if np.isnan(jaccard) else f"{text} (Jaccard {float(jaccard):.2f})"
