@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,6 +31,7 @@ from cleanpipe.stages.minhash_dedup import MinHashDedup
 from tests.conftest import realdata
 
 ray = pytest.importorskip("ray")
+from cleanpipe.engine import ray_dedup  # noqa: E402
 from cleanpipe.engine.ray_engine import execute_ray, run_ray  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -113,7 +115,12 @@ def _comparable(report: dict[str, Any]) -> dict[str, Any]:
 
 def _same(make: Callable[[], Pipeline], source: Any) -> dict[str, Any]:
     local = _collect(execute, make(), source)
+    runs = len(ray_dedup.RUNS)
     distributed = _collect(execute_ray, make(), source)
+    # the dedup stages grouped on the cluster, not on the driver
+    n_dedup = sum(isinstance(s, (MinHashDedup, ExactDedup)) for s in make().spec.stages)
+    assert len(ray_dedup.RUNS) == runs + n_dedup
+    local["ray_runs"] = ray_dedup.RUNS[runs:]
     assert distributed["kept"] == local["kept"]
     assert distributed["quarantine"] == local["quarantine"]
     assert distributed["events"] == local["events"]
@@ -146,6 +153,16 @@ def test_small_fixture_identical(cluster, tmp_path: Path) -> None:
     assert local["report"]["totals"]["changed"] >= 1
 
 
+def test_dedup_without_rows_identical(cluster, tmp_path: Path) -> None:
+    """Every row dropped before the dedup stages: their sections still match local's."""
+    src = tmp_path / "blank.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["", " ", "\t"]),
+                   encoding="utf-8")
+    local = _same(_full(2), src)
+    sections = [s["section"] for s in local["report"]["stages"] if s["name"].endswith("dedup")]
+    assert len(sections) == 2 and all(s["rows"] == 0 for s in sections)
+
+
 def test_run_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in
@@ -165,6 +182,7 @@ def test_t0_sample_identical(cluster) -> None:
     files = [str(p) for p in sorted(folder.glob("*.jsonl"))[:30]]
     local = _same(_full(1024), files)
     assert local["report"]["totals"]["read"] > 3000
+    assert next(r for r in local["ray_runs"] if r["stage"] == 1)["edges"] > 0
     assert local["quarantine"], "t0 has empty completions and duplicates"
 
 
@@ -196,6 +214,9 @@ def test_tldr_head_identical(cluster, tmp_path: Path) -> None:
                         batch_size=512)
     local = _same(make, head)
     assert local["report"]["totals"]["read"] == 3000
+    assert next(r for r in local["ray_runs"] if r["stage"] == 1)["edges"] > 0
+    minhash = next(s for s in local["report"]["stages"] if s["name"] == "minhash_dedup")
+    assert minhash["section"]["duplicates"] > 0
 
 
 def test_t0_sample_real_text_stages_identical(cluster) -> None:
@@ -213,3 +234,35 @@ def test_t0_sample_real_text_stages_identical(cluster) -> None:
                         batch_size=512)
     local = _same(make, files)
     assert local["report"]["totals"]["changed"] > 0
+
+
+def _union_find_labels(hi: np.ndarray, lo: np.ndarray) -> dict[int, int]:
+    from cleanpipe.dedup import kernels
+
+    n = int(max(hi.max(), lo.max())) + 1
+    uf = kernels.union_find(n, lo.astype(np.int64), hi.astype(np.int64))
+    nodes = np.unique(np.concatenate([hi, lo]))
+    return dict(zip(nodes.tolist(), uf[nodes].tolist(), strict=True))
+
+
+def test_components_on_ray_equal_union_find(cluster) -> None:
+    """Connected components as shuffles of the edge dataset (never an edge list on the
+    driver): a long path with scrambled node numbers, which needs many rounds, plus a
+    random graph, in several blocks; labels equal union-find's."""
+    from cleanpipe.dedup import partition_steps, stars
+
+    rng = np.random.default_rng(11)
+    path = rng.permutation(np.arange(1000, 1600))
+    a, b = rng.integers(0, 900, 400), rng.integers(0, 900, 400)
+    a, b = np.concatenate([path[:-1], a[a != b]]), np.concatenate([path[1:], b[a != b]])
+    hi, lo = np.maximum(a, b), np.minimum(a, b)
+    edges = pa.table({"hi": hi, "lo": lo, "changed": np.zeros(hi.size, np.int64)})
+    ds = ray.data.from_arrow([edges.slice(i, 200) for i in range(0, edges.num_rows, 200)])
+    star, rounds = ray_dedup.components(ds, parts=3)
+    assert isinstance(star, ray.data.Dataset)
+    result = ray_dedup.collect(ray, star, partition_steps.STARS)
+    nodes, labels = stars.labels_of(*np.unique(
+        np.stack([result.column("hi").to_numpy(), result.column("lo").to_numpy()], 1),
+        axis=0).T)
+    assert dict(zip(nodes.tolist(), labels.tolist(), strict=True)) == _union_find_labels(hi, lo)
+    assert rounds >= 3  # a 600-node path is not solved in one or two rounds

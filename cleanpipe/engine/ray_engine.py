@@ -34,15 +34,20 @@ import pickle
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
+from cleanpipe.dedup.decisions import DECISIONS
 from cleanpipe.engine import local
 from cleanpipe.engine.apply import StageBatchStats, StageStats, apply_decide
 from cleanpipe.engine.local import RunState, Sinks, TaskResult, read_rows, segments_of
 from cleanpipe.engine.progress import Progress
+from cleanpipe.engine.ray_dedup import RayGrouping, distributed
+from cleanpipe.engine.ray_shuffle import co_group
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.spec import PipelineSpec
@@ -69,6 +74,49 @@ def open_envelope(table: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, Any]]
         yield i, pickle.loads(blob)
 
 
+@dataclass
+class Decided:
+    """A chunk (still pickled) with the decisions of the global stage before its segment,
+    as joined to it on the cluster (see :func:`join_decisions`)."""
+
+    rows_blob: bytes
+    decisions: pa.Table
+
+
+def chunk_of(decisions: pa.Table, first_seqs: np.ndarray) -> pa.Table:
+    """Decisions with the index of the chunk holding their row (chunks are seq ranges)."""
+    chunk = np.searchsorted(first_seqs, decisions.column("seq").to_numpy(), side="right") - 1
+    return decisions.append_column("chunk", pa.array(chunk.astype(np.int64)))
+
+
+def attach_decisions_step(tables: dict[str, pa.Table | None]) -> pa.Table:
+    """Per partition of chunk indices: each chunk envelope with its decisions."""
+    env, dec = tables.get("r"), tables.get("d")
+    if env is None:
+        return ENVELOPE.empty_table()
+    if dec is None:
+        dec = DECISIONS.append(pa.field("chunk", pa.int64())).empty_table()
+    chunk = dec.column("chunk").to_numpy()
+    out = []
+    for i, blob in zip(env.column("chunk").to_pylist(), env.column("payload").to_pylist(),
+                       strict=True):
+        mine = dec.filter(pa.array(chunk == i)).select(DECISIONS.names)
+        out.append((i, Decided(blob, mine)))
+    return envelope(out)
+
+
+def join_decisions(ray: Any, refs: list[Any], first_seqs: list[int], decisions: Any,
+                   parts: int) -> Any:
+    """The chunk envelopes joined with the decisions of their rows, on the cluster: a
+    co-group by chunk index, so neither side passes through the driver."""
+    env = ray.data.from_arrow_refs(refs)
+    if decisions is None:
+        return env
+    dec = decisions.map_batches(chunk_of, fn_kwargs={"first_seqs": np.asarray(first_seqs)},
+                                batch_format="pyarrow")
+    return co_group([("r", env, "chunk"), ("d", dec, "chunk")], attach_decisions_step, parts)
+
+
 class SegmentMapper:
     """Ray Data actor: (optionally) the previous global stage's ``decide``, then one segment.
 
@@ -92,11 +140,17 @@ class SegmentMapper:
         local._W.clear()
         local._W.update(self._worker)
         out = []
-        for i, rows in open_envelope(batch):
+        for i, obj in open_envelope(batch):
             decided = None
+            rows = obj
+            g: Any = None
+            if isinstance(obj, Decided):
+                rows = pickle.loads(obj.rows_blob)
             if self.decide_idx is not None:
                 g = local._stage(self.decide_idx)
                 assert isinstance(g, GlobalStage)
+                if isinstance(obj, Decided):
+                    g = g.with_decisions(obj.decisions)
                 rows, q, st = apply_decide(g, rows, self.text_fields, self.flag_codes)
                 decided = (st, q)
             out.append((i, (decided, local._segment_task((self.seg_i, rows)))))
@@ -147,10 +201,13 @@ def _ensure_ray(address: str | None, workers: int | None) -> Any:
 
 def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | None = None,
                 progress: Progress | None = None, tmp_dir: Path | None = None,
-                address: str | None = None) -> Iterator[Rows]:
+                address: str | None = None, partitions: int | None = None) -> Iterator[Rows]:
     """:func:`cleanpipe.engine.local.execute` with the batch work on Ray Data.
 
     Same signature, same yields (kept rows in input order), same ``RunState``.
+    ``minhash_dedup`` and ``exact_dedup`` group on the cluster
+    (:mod:`cleanpipe.engine.ray_dedup`) over
+    ``partitions`` hash partitions (default: two per CPU of the cluster).
     """
     ray = _ensure_ray(address, workers or spec.workers)
     stages = list(spec.stages)
@@ -159,6 +216,7 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
     segs = segments_of(stages)
     flag_codes = spec.output.flag_column is not None
     n_actors = max(1, int(workers or spec.workers or ray.available_resources().get("CPU", 1)))
+    parts = partitions or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
 
     def on_quarantine(q: QuarantineRows) -> None:
         state.quarantined += len(q.row_ids)
@@ -182,14 +240,18 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
         state.text_fields = list(spec.fields)
 
     decide_idx: int | None = None
+    chunks: Any = ray.data.from_arrow_refs(refs) if refs else None
     for seg_i, seg in enumerate(segs):
-        results = _run_segment(ray, refs, stages, seg_i, decide_idx, state.text_fields,
+        results = _run_segment(chunks, stages, seg_i, decide_idx, state.text_fields,
                                flag_codes, n_actors)
         refs = []
+        first_seqs: list[int] = []
         g = stages[seg.closing] if seg.closing is not None else None
+        dist: RayGrouping | None = None
         if g is not None:
             assert isinstance(g, GlobalStage)
             g.setup()
+            dist = distributed(g, ray, parts)
         t_obs = 0.0
         for _, (decided, res) in results:
             res: TaskResult
@@ -209,14 +271,24 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
                 yield res.rows
             else:
                 t0 = time.perf_counter()
-                ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
-                g.observe(res.prepared, res.rows.seq, res.rows.data, ctx)
+                if dist is not None:
+                    dist.observe(res.prepared, res.rows)
+                else:
+                    ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
+                    g.observe(res.prepared, res.rows.seq, res.rows.data, ctx)
                 t_obs += time.perf_counter() - t0
+                first_seqs.append(int(res.rows.seq[0]))
                 refs.append(ray.put(envelope([(len(refs), res.rows)])))
         if g is None:
             break
         t0 = time.perf_counter()
-        g.finalize()
+        if dist is not None:
+            # finalize even without rows: the report section must still be written
+            decisions = dist.finalize()
+            chunks = join_decisions(ray, refs, first_seqs, decisions, parts) if refs else None
+        else:
+            g.finalize()
+            chunks = ray.data.from_arrow_refs(refs) if refs else None
         assert seg.closing is not None
         state.stage_stats[seg.closing].seconds += t_obs + time.perf_counter() - t0
         progress.note(f"{g.name}: second pass")
@@ -226,13 +298,13 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
     return state
 
 
-def _run_segment(ray: Any, refs: list[Any], stages: list[Stage], seg_i: int,
+def _run_segment(chunks: Any, stages: list[Stage], seg_i: int,
                  decide_idx: int | None, text_fields: list[str], flag_codes: bool,
                  n_actors: int) -> Iterator[tuple[int, Any]]:
-    """Ray Data over one envelope block per chunk; results back in chunk order."""
-    if not refs:
+    """Ray Data over envelope blocks of chunks; results back in chunk order."""
+    if chunks is None:
         return iter(())
-    ds = ray.data.from_arrow_refs(refs)
+    ds = chunks
     # tasks, not actors: Ray reuses its worker processes across tasks, so the imports and
     # stage setup are paid once per process for the whole run, not once per segment
     ds = ds.map_batches(
@@ -243,7 +315,7 @@ def _run_segment(ray: Any, refs: list[Any], stages: list[Stage], seg_i: int,
             "seg_i": seg_i, "decide_idx": decide_idx, "text_fields": text_fields,
             "flag_codes": flag_codes},
         batch_size=1, batch_format="pyarrow", zero_copy_batch=True,
-        concurrency=min(n_actors, len(refs)),
+        concurrency=n_actors,
     )
     return _in_order(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
 

@@ -10,6 +10,8 @@ import pyarrow as pa
 from pydantic import Field, PrivateAttr
 
 from cleanpipe.dedup import cluster, hashing
+from cleanpipe.dedup.decisions import DECISIONS, decisions_at, decisions_table, reference_name
+from cleanpipe.dedup.partition_steps import HASH_ROWS_SCHEMA
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts
@@ -21,6 +23,13 @@ class _Hashed:
     hashes: np.ndarray  # (rows, 2) uint64
     lengths: np.ndarray
     snippets: pa.Array | None
+
+
+#: decide's codes, in the order their findings are added
+CODES = ("exact_duplicate", "contaminated_exact")
+
+#: rows of a content-hash table (:meth:`ExactDedup.hash_table`)
+HASH_ROWS = HASH_ROWS_SCHEMA
 
 
 class ExactDedup(GlobalStage):
@@ -77,6 +86,7 @@ class ExactDedup(GlobalStage):
     _contam: np.ndarray | None = PrivateAttr(None)
     _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
     _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _decisions: pa.Table | None = PrivateAttr(None)
 
     def describe(self) -> dict[str, Any]:
         out = self.model_dump(mode="json", exclude={"reference"})
@@ -94,6 +104,47 @@ class ExactDedup(GlobalStage):
 
     def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> _Hashed:
         return self.hash_rows(ctx)
+
+    def hash_table(self, prepared: _Hashed, seq: np.ndarray,
+                   row_ids: pa.Array | None = None) -> pa.Table:
+        """A prepared batch as :data:`HASH_ROWS`: rows with equal ``(h0, h1)`` are
+        duplicates (the one "band" of exact dedup), for engines that group elsewhere.
+
+            >>> st = ExactDedup(fields=["t"])
+            >>> b = pa.record_batch({"t": ["a", "b", "a"]})
+            >>> t = st.hash_table(st.prepare(b, BatchContext(b, ["t"])), np.array([4, 5, 6]))
+            >>> h = t.column("h0").to_pylist(); (h[0] == h[2], h[0] == h[1])
+            (True, False)
+        """
+        n = prepared.hashes.shape[0]
+        ids = (pa.array(row_ids).cast(pa.large_string()) if row_ids is not None
+               else pa.nulls(n, pa.large_string()))
+        snips = (prepared.snippets.cast(pa.large_string()) if prepared.snippets is not None
+                 else pa.nulls(n, pa.large_string()))
+        return pa.table([pa.array(np.asarray(seq, np.int64)),
+                         pa.array(np.ascontiguousarray(prepared.hashes[:, 0])),
+                         pa.array(np.ascontiguousarray(prepared.hashes[:, 1])),
+                         pa.array(np.asarray(prepared.lengths, np.int64)), ids, snips],
+                        schema=HASH_ROWS)
+
+    def reference_tables(self) -> tuple[list[pa.Table], list[tuple[int, str]]]:
+        """The reference sets as :data:`HASH_ROWS` (seq = row number across all of
+        them) and where each starts, for engines that group elsewhere."""
+        tables, offsets, start = [], [], 0
+        for item in self.reference:
+            ref_name, table = load_reference(item)
+            offsets.append((start, ref_name))
+            fields = self.reference_fields or self.fields
+            k = start
+            for rb in table_batches(table):
+                ctx = BatchContext(rb, fields or [f.name for f in rb.schema
+                                                  if pa.types.is_string(f.type)
+                                                  or pa.types.is_large_string(f.type)])
+                h = self.hash_rows(ctx, fields)
+                tables.append(self.hash_table(h, np.arange(k, k + rb.num_rows), None))
+                k += rb.num_rows
+            start += table.num_rows
+        return tables, offsets
 
     def observe(self, prepared: _Hashed, seq: np.ndarray, batch: pa.RecordBatch,
                 ctx: BatchContext) -> None:
@@ -132,69 +183,94 @@ class ExactDedup(GlobalStage):
         self._hashes = []
 
     def _ref_name(self, idx: int) -> str:
-        name, base = "reference", 0
-        for start, ref_name in self._ref_offsets:
-            if idx >= start:
-                name, base = ref_name, start
-        return f"{name} row {idx - base}"
+        return reference_name(self._ref_offsets, idx)
 
     def _build_report(self, labels: np.ndarray, rep: np.ndarray, n: int,
                       hash_bytes: int) -> dict[str, Any]:
         book = self._book
         assert book is not None and self._contam is not None
-        dropped = rep != np.arange(n)
         largest = []
         for members in cluster.largest_clusters(labels, rep, self.report_clusters):
             shown = members[:6]
-            names = book.names(shown)
-            largest.append({
-                "size": int(members.size), "representative": names[0],
-                "representative_snippet": book.snippet(shown[0]),
-                "members": [{"row": names[k], "snippet": book.snippet(shown[k])}
-                            for k in range(1, shown.size)],
-            })
+            largest.append(cluster_entry(int(members.size), book.names(shown),
+                                         [book.snippet(k) for k in shown]))
         contaminated = np.flatnonzero(self._contam >= 0)
         extra = book.nbytes()
-        return {
-            "rows": n,
-            "clusters": int(np.unique(labels[dropped]).size),
-            "duplicates": int(dropped.sum()),
-            "cluster_sizes": cluster.size_histogram(labels),
-            "largest_clusters": largest,
-            "contamination": {
-                "rows": int(contaminated.size),
-                "examples": [
-                    {"row": name, "reference": self._ref_name(int(self._contam[i])),
-                     "snippet": book.snippet(i)}
-                    for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
-                                       strict=True)
-                ],
-            },
-            "memory": {
+        _, sizes = np.unique(labels, return_counts=True)
+        return self.section(
+            rows=n, cluster_sizes=sizes[sizes >= 2],
+            duplicates=int((rep != np.arange(n)).sum()), largest=largest,
+            contaminated=int(contaminated.size),
+            contamination_examples=[
+                {"row": name, "reference": self._ref_name(int(self._contam[i])),
+                 "snippet": book.snippet(i)}
+                for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
+                                   strict=True)],
+            memory={
                 "index_bytes_per_row": round(
                     (hash_bytes + extra["seq_and_length"]) / max(n, 1), 1),
                 "names_and_snippets_bytes_per_row": round(
                     (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
-            },
+            })
+
+    @staticmethod
+    def section(*, rows: int, cluster_sizes: np.ndarray, duplicates: int,
+                largest: list[dict[str, Any]], contaminated: int,
+                contamination_examples: list[dict[str, Any]],
+                memory: dict[str, Any]) -> dict[str, Any]:
+        """The report section from its parts: one layout whichever engine grouped.
+
+        ``cluster_sizes`` holds the size of every group of two or more rows.
+        """
+        return {
+            "rows": rows,
+            "clusters": int(cluster_sizes.size),
+            "duplicates": int(duplicates),
+            "cluster_sizes": cluster.sizes_histogram(cluster_sizes),
+            "largest_clusters": largest,
+            "contamination": {"rows": int(contaminated), "examples": contamination_examples},
+            "memory": memory,
         }
 
-    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+    def decisions_for(self, seq: np.ndarray) -> pa.Table:
+        """What ``decide`` reports for the rows ``seq``, as a decisions table."""
         if self._rep is None or self._book is None or self._contam is None:
             raise RuntimeError("decide() before finalize()")
         book = self._book
-        idx = book.index_of(np.asarray(seq, dtype=np.int64))
-        found = Findings(self.name)
+        seq = np.asarray(seq, dtype=np.int64)
+        idx = book.index_of(seq)
         dup = np.flatnonzero(self._rep[idx] != idx)
-        if dup.size:
-            found.add(dup, "exact_duplicate", self.action_of("exact_duplicate"),
-                      detail=[f"duplicate of row {nm}" for nm in book.names(self._rep[idx[dup]])])
         hit = np.flatnonzero(self._contam[idx] >= 0)
-        if hit.size:
-            found.add(hit, "contaminated_exact", self.action_of("contaminated_exact"),
-                      detail=[f"copy of {self._ref_name(int(r))}"
-                              for r in self._contam[idx[hit]]])
-        return BatchResult(None, found, {"exact_duplicate": int(dup.size),
-                                         "contaminated_exact": int(hit.size)})
+        details = [f"duplicate of row {nm}" for nm in book.names(self._rep[idx[dup]])]
+        details += [f"copy of {self._ref_name(int(r))}" for r in self._contam[idx[hit]]]
+        return decisions_table(np.concatenate([seq[dup], seq[hit]]),
+                               [CODES[0]] * dup.size + [CODES[1]] * hit.size, details)
+
+    def with_decisions(self, decisions: pa.Table) -> ExactDedup:
+        """A copy whose ``decide`` reports ``decisions`` computed elsewhere."""
+        out = self.model_copy()
+        out._decisions = decisions
+        return out
+
+    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+        table = self._decisions if self._decisions is not None else self.decisions_for(seq)
+        found = Findings(self.name)
+        counts = dict.fromkeys(CODES, 0)
+        for code, (pos, details) in decisions_at(table, seq, CODES).items():
+            found.add(pos, code, self.action_of(code), detail=details)
+            counts[code] = int(pos.size)
+        return BatchResult(None, found, counts)
 
     def report_section(self) -> dict[str, Any]:
         return dict(self._report)
+
+
+def cluster_entry(size: int, names: list[str], snippets: list[str]) -> dict[str, Any]:
+    """One of the report's largest groups: its kept row first, then members."""
+    return {"size": size, "representative": names[0],
+            "representative_snippet": snippets[0],
+            "members": [{"row": names[k], "snippet": snippets[k]}
+                        for k in range(1, len(names))]}
+
+
+__all__ = ["DECISIONS", "HASH_ROWS", "ExactDedup"]

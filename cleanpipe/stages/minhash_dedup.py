@@ -9,7 +9,13 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, model_validator
 
-from cleanpipe.dedup import cluster, external, kernels
+from cleanpipe.dedup import bands, cluster, external, kernels
+from cleanpipe.dedup.decisions import (
+    DECISIONS,
+    decisions_at,
+    decisions_table,
+    reference_name,
+)
 from cleanpipe.dedup.minhash import (
     HashName,
     Scheme,
@@ -23,14 +29,6 @@ from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts, shingle_modes
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
 
-#: A candidate pair sharing this share of its bands, with at least _SURE_MIN_BANDS of them,
-#: is merged without an exact Jaccard when its band estimate clears the threshold by
-#: _SURE_MARGIN. At 16 bands × 8 rows (the default, threshold 0.8) that is 11+ shared bands
-#: (estimate ≥ 0.954); a pair at J = 0.79 gets there with probability 2e-6, one at J = 0.7
-#: with 8e-11 (binomial tail, p = J**8). All other pairs get their exact Jaccard.
-_SURE_MARGIN = 0.15
-_SURE_MIN_BANDS = 8
-
 
 @dataclass
 class _Sketch:
@@ -43,6 +41,12 @@ class _Sketch:
     lengths: np.ndarray
     snippets: pa.Array | None
     shingles: int
+
+
+#: decide's codes, in the order their findings are added
+CODES = ("near_duplicate", "contaminated_near")
+
+__all__ = ["DECISIONS", "MinHashDedup", "decisions_table", "reference_name"]
 
 
 class MinHashDedup(GlobalStage):
@@ -149,6 +153,7 @@ class MinHashDedup(GlobalStage):
     _contam_j: np.ndarray | None = PrivateAttr(None)
     _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
     _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _decisions: pa.Table | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _check_bands(self) -> MinHashDedup:
@@ -198,6 +203,29 @@ class MinHashDedup(GlobalStage):
 
     def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> _Sketch:
         return self.sketch(batch, ctx)
+
+    # -- band-key API (distributed engines) ----------------------------------------------
+    def sketch_rows(self, prepared: _Sketch, seq: np.ndarray,
+                    row_ids: pa.Array | None = None) -> pa.Table:
+        """A prepared batch as sketch rows (:func:`cleanpipe.dedup.bands.sketch_table`):
+        what grouping and verification need of each row, keyed by ``seq``."""
+        return bands.sketch_table(seq, prepared.keys, prepared.valid, prepared.sets,
+                                  prepared.set_off, prepared.lengths, row_ids,
+                                  prepared.snippets)
+
+    def band_key_rows(self, prepared: _Sketch, seq: np.ndarray) -> pa.Table:
+        """``(band, key, seq)`` rows of a prepared batch: rows sharing ``(band, key)`` are
+        LSH candidates.
+
+            >>> import numpy as np, pyarrow as pa
+            >>> st = MinHashDedup(fields=["t"], bands=2, rows=4, num_perm=8)
+            >>> b = pa.record_batch({"t": ["one two three four five six", ""]})
+            >>> sk = st.prepare(b, BatchContext(b, ["t"]))
+            >>> t = st.band_key_rows(sk, np.array([40, 41]))
+            >>> t.column("band").to_pylist(), t.column("seq").to_pylist()
+            ([0, 1], [40, 40])
+        """
+        return bands.band_rows(self.sketch_rows(prepared, seq))
 
     # -- main process ------------------------------------------------------------------
     def observe(self, prepared: _Sketch, seq: np.ndarray, batch: pa.RecordBatch,
@@ -265,19 +293,11 @@ class MinHashDedup(GlobalStage):
                 np.zeros(0, np.int64)
             off = np.zeros(total + 1, dtype=np.int64)
             np.cumsum(sizes, out=off[1:])
-            jac = np.full(left.size, np.nan)
-            exact = np.ones(left.size, dtype=bool)
-            if shared is not None:
-                # Pairs agreeing on most bands are far above the threshold (each band
-                # agrees with probability J**rows): skip their exact Jaccard. Only
-                # training pairs: a contamination hit reports its exact value.
-                est = (shared / b) ** (1.0 / _r)
-                sure = (est >= min(self.threshold + _SURE_MARGIN, 1.0)) & (right < n)
-                sure &= shared >= _SURE_MIN_BANDS
-                jac[sure] = est[sure]
-                exact = ~sure
-            jac[exact] = kernels.pair_jaccard(sets, off, left[exact], right[exact],
-                                              self.threshold)
+            # Pairs agreeing on most bands are far above the threshold (each band agrees
+            # with probability J**rows): the shared rule skips their exact Jaccard.
+            jac = bands.verified_jaccard(
+                shared, b, _r, self.threshold, right < n,
+                lambda m: kernels.pair_jaccard(sets, off, left[m], right[m], self.threshold))
             ok = jac >= self.threshold
             left, right, jac = left[ok], right[ok], jac[ok]
         else:
@@ -320,92 +340,136 @@ class MinHashDedup(GlobalStage):
             self._spill = None
 
     def _ref_name(self, idx: int) -> str:
-        name, base = "reference", 0
-        for start, ref_name in self._ref_offsets:
-            if idx >= start:
-                name, base = ref_name, start
-        return f"{name} row {idx - base}"
+        return reference_name(self._ref_offsets, idx)
 
     def _build_report(self, labels: np.ndarray, rep: np.ndarray, sets: np.ndarray | None,
                       off: np.ndarray | None, n: int, candidates: int, index_bytes: int,
                       shingles: int, valid: np.ndarray) -> dict[str, Any]:
         book = self._book
-        assert book is not None
-        b, r = self.band_rows()
+        assert book is not None and self._contam is not None and self._contam_j is not None
         largest = []
         for members in cluster.largest_clusters(labels, rep, self.report_clusters):
             shown = members[:6]
-            names = book.names(shown)
             jac = (kernels.pair_jaccard(sets, off, np.full(shown.size, shown[0]), shown)
                    if sets is not None else np.full(shown.size, np.nan))
-            largest.append({
-                "size": int(members.size),
-                "representative": names[0],
-                "representative_snippet": book.snippet(shown[0]),
-                "members": [
-                    {"row": names[k], "snippet": book.snippet(shown[k]),
-                     "jaccard": None if np.isnan(jac[k]) else round(float(jac[k]), 4)}
-                    for k in range(1, shown.size)
-                ],
-            })
+            largest.append(cluster_entry(int(members.size), book.names(shown),
+                                         [book.snippet(k) for k in shown], jac))
+        _, sizes = np.unique(labels, return_counts=True)
+        contaminated = np.flatnonzero(self._contam >= 0)
+        examples = [contamination_example(name, self._ref_name(int(self._contam[i])),
+                                          self._contam_j[i], book.snippet(i))
+                    for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
+                                       strict=True)]
         extra = book.nbytes()
         store = int(sets.nbytes + off.nbytes) if sets is not None else 0
-        contaminated = np.flatnonzero(self._contam >= 0)
+        memory = {
+            "index_bytes_per_row": round(index_bytes / max(n, 1), 1),
+            "verify_store_bytes_per_row": round(store / max(n, 1), 1),
+            "names_and_snippets_bytes_per_row": round(
+                (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
+        }
+        return self.section(
+            rows=n, without_shingles=int(n - valid.sum()), shingles=shingles,
+            candidates=candidates, cluster_sizes=sizes[sizes >= 2],
+            duplicates=int((rep != np.arange(n)).sum()), largest=largest,
+            contaminated=int(contaminated.size), contamination_examples=examples,
+            memory=memory)
+
+    def section(self, *, rows: int, without_shingles: int, shingles: int, candidates: int,
+                cluster_sizes: np.ndarray, duplicates: int, largest: list[dict[str, Any]],
+                contaminated: int, contamination_examples: list[dict[str, Any]],
+                memory: dict[str, Any]) -> dict[str, Any]:
+        """The report section from its parts: one layout whichever engine clustered.
+
+        ``cluster_sizes`` holds the size of every cluster of two or more rows.
+        """
+        b, r = self.band_rows()
         return {
-            "rows": n,
-            "rows_without_shingles": int(n - valid.sum()),
+            "rows": rows,
+            "rows_without_shingles": without_shingles,
             "shingles": int(shingles),
             "bands": b,
             "rows_per_band": r,
-            "candidate_pairs": candidates,
-            "clusters": int(np.unique(labels[rep != np.arange(n)]).size),
-            "duplicates": int((rep != np.arange(n)).sum()),
-            "cluster_sizes": cluster.size_histogram(labels),
+            "candidate_pairs": int(candidates),
+            "clusters": int(cluster_sizes.size),
+            "duplicates": int(duplicates),
+            "cluster_sizes": cluster.sizes_histogram(cluster_sizes),
             "largest_clusters": largest,
-            "jaccard": "exact shingle-set Jaccard" if sets is not None else "not verified",
-            "contamination": {
-                "rows": int(contaminated.size),
-                "examples": [
-                    {"row": name, "reference": self._ref_name(int(self._contam[i])),
-                     "jaccard": None if np.isnan(self._contam_j[i])
-                     else round(float(self._contam_j[i]), 4),
-                     "snippet": book.snippet(i)}
-                    for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
-                                       strict=True)
-                ],
-            },
-            "memory": {
-                "index_bytes_per_row": round(index_bytes / max(n, 1), 1),
-                "verify_store_bytes_per_row": round(store / max(n, 1), 1),
-                "names_and_snippets_bytes_per_row": round(
-                    (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
-            },
+            "jaccard": "exact shingle-set Jaccard" if self.verify == "exact" else "not verified",
+            "contamination": {"rows": int(contaminated), "examples": contamination_examples},
+            "memory": memory,
         }
 
-    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+    # -- decisions ---------------------------------------------------------------------
+    def decisions_for(self, seq: np.ndarray) -> pa.Table:
+        """What ``decide`` reports for the rows ``seq``, as a :data:`DECISIONS` table
+        (near-duplicates first, then contamination hits, each in row order)."""
         if self._rep is None or self._book is None:
             raise RuntimeError("decide() before finalize()")
+        assert self._dup_j is not None and self._contam is not None
+        assert self._contam_j is not None
         book = self._book
-        idx = book.index_of(np.asarray(seq, dtype=np.int64))
-        found = Findings(self.name)
+        seq = np.asarray(seq, dtype=np.int64)
+        idx = book.index_of(seq)
         dup = np.flatnonzero(self._rep[idx] != idx)
-        if dup.size:
-            names = book.names(self._rep[idx[dup]])
-            found.add(dup, "near_duplicate", self.action_of("near_duplicate"),
-                      detail=[_detail(f"near-duplicate of row {nm}", j)
-                              for nm, j in zip(names, self._dup_j[idx[dup]], strict=True)])
         hit = np.flatnonzero(self._contam[idx] >= 0)
-        if hit.size:
-            found.add(hit, "contaminated_near", self.action_of("contaminated_near"),
-                      detail=[_detail(f"near-duplicate of {self._ref_name(int(r))}", j)
-                              for r, j in zip(self._contam[idx[hit]], self._contam_j[idx[hit]],
-                                              strict=True)])
-        return BatchResult(None, found, {"near_duplicate": int(dup.size),
-                                         "contaminated_near": int(hit.size)})
+        details = [detail_text(f"near-duplicate of row {nm}", j) for nm, j in
+                   zip(book.names(self._rep[idx[dup]]), self._dup_j[idx[dup]], strict=True)]
+        details += [detail_text(f"near-duplicate of {self._ref_name(int(r))}", j)
+                    for r, j in zip(self._contam[idx[hit]], self._contam_j[idx[hit]],
+                                    strict=True)]
+        return decisions_table(np.concatenate([seq[dup], seq[hit]]),
+                               ["near_duplicate"] * dup.size + ["contaminated_near"] * hit.size,
+                               details)
+
+    def with_decisions(self, decisions: pa.Table) -> MinHashDedup:
+        """A copy whose ``decide`` reports ``decisions`` (computed elsewhere, e.g. by the
+        Ray engine's distributed clustering) instead of looking rows up in its own state."""
+        out = self.model_copy()
+        out._decisions = decisions
+        return out
+
+    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+        table = self._decisions if self._decisions is not None else self.decisions_for(seq)
+        found = Findings(self.name)
+        counts = {}
+        for code, (pos, details) in decisions_at(table, seq, CODES).items():
+            found.add(pos, code, self.action_of(code), detail=details)
+            counts[code] = int(pos.size)
+        return BatchResult(None, found, {"near_duplicate": counts.get("near_duplicate", 0),
+                                         "contaminated_near": counts.get("contaminated_near",
+                                                                         0)})
 
     def report_section(self) -> dict[str, Any]:
         return dict(self._report)
 
 
-def _detail(text: str, jaccard: float) -> str:
+def cluster_entry(size: int, names: list[str], snippets: list[str],
+                  jaccard: np.ndarray) -> dict[str, Any]:
+    """One of the report's largest clusters: its representative first, then members."""
+    return {
+        "size": size,
+        "representative": names[0],
+        "representative_snippet": snippets[0],
+        "members": [
+            {"row": names[k], "snippet": snippets[k],
+             "jaccard": None if np.isnan(jaccard[k]) else round(float(jaccard[k]), 4)}
+            for k in range(1, len(names))
+        ],
+    }
+
+
+def contamination_example(name: str, reference: str, jaccard: float,
+                          snippet: str) -> dict[str, Any]:
+    j = np.float32(jaccard)  # stored as float32, as the detail shows it
+    return {"row": name, "reference": reference,
+            "jaccard": None if np.isnan(j) else round(float(j), 4), "snippet": snippet}
+
+
+def detail_text(text: str, jaccard: float) -> str:
+    """A decision's detail, with the Jaccard when it is known.
+
+    >>> detail_text("near-duplicate of row a:1", np.float32(0.8125)), detail_text("x", np.nan)
+    ('near-duplicate of row a:1 (Jaccard 0.81)', 'x')
+    """
     return text if np.isnan(jaccard) else f"{text} (Jaccard {float(jaccard):.2f})"

@@ -1,0 +1,243 @@
+"""Distributed MinHash clustering without a cluster: the partition steps and the Ray driver
+logic run in-process on a stand-in for Ray Data, compared with the in-memory path."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from cleanpipe.dedup import bands, cluster, kernels, stars
+from cleanpipe.stages.base import BatchContext
+from cleanpipe.stages.minhash_dedup import MinHashDedup
+
+pytest.importorskip("ray")  # ray_dedup sets Ray Data's shuffle strategy
+from cleanpipe.engine import ray_dedup
+
+# -- a stand-in for the bits of Ray Data the driver logic uses -----------------------------
+
+class FakeDataset:
+    """Blocks in a list; ``groupby(...).map_groups`` calls the function per key value."""
+
+    def __init__(self, blocks: list[pa.Table]) -> None:
+        self.blocks = list(blocks)
+        self.context = SimpleNamespace()  # the shuffle strategy is set here
+
+    def map_batches(self, fn: Any, *, fn_kwargs: dict | None = None, **_: Any) -> FakeDataset:
+        return FakeDataset([fn(b, **(fn_kwargs or {})) for b in self.blocks])
+
+    def union(self, *others: FakeDataset) -> FakeDataset:
+        return FakeDataset(self.blocks + [b for o in others for b in o.blocks])
+
+    def groupby(self, key: str, num_partitions: int | None = None) -> Any:
+        def map_groups(fn: Any, *, fn_kwargs: dict | None = None, **_: Any) -> FakeDataset:
+            if not self.blocks:
+                return FakeDataset([])
+            whole = pa.concat_tables(self.blocks)
+            values = whole.column(key).to_numpy()
+            return FakeDataset([fn(whole.filter(pa.array(values == v)), **(fn_kwargs or {}))
+                                for v in np.unique(values)])
+        return SimpleNamespace(map_groups=map_groups)
+
+    def materialize(self) -> FakeDataset:
+        return self
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self.blocks)
+
+    def sum(self, column: str) -> int | None:
+        if not self.count():
+            return None
+        return sum(int(pc.sum(b.column(column)).as_py() or 0) for b in self.blocks)
+
+    def to_arrow_refs(self) -> list[pa.Table]:
+        return self.blocks
+
+
+FAKE_RAY = SimpleNamespace(data=SimpleNamespace(from_arrow_refs=FakeDataset),
+                           put=lambda x: x, get=lambda refs: list(refs))
+
+
+# -- data ----------------------------------------------------------------------------------
+
+def _corpus(seed: int, n_base: int = 60) -> list[str]:
+    """Random sentences, each copied with small edits a few times (chains of edits too),
+    shuffled; a few empty rows (no shingles)."""
+    rnd = random.Random(seed)
+    words = [f"w{i}" for i in range(300)]
+    out = []
+    for _ in range(n_base):
+        s = [rnd.choice(words) for _ in range(rnd.randint(12, 40))]
+        out.append(" ".join(s))
+        for _ in range(rnd.randint(0, 4)):
+            s = list(s)
+            s[rnd.randrange(len(s))] = rnd.choice(words)  # edit the previous copy: chains
+            out.append(" ".join(s))
+    out += ["", "  "]
+    rnd.shuffle(out)
+    return out
+
+
+def _batches(texts: list[str], size: int) -> list[tuple[pa.RecordBatch, np.ndarray]]:
+    out = []
+    for start in range(0, len(texts), size):
+        b = pa.record_batch({"text": texts[start:start + size]})
+        # seqs with gaps, as the engine's (shard base + line) numbers have
+        out.append((b, 3 * np.arange(start, start + b.num_rows, dtype=np.int64) + 1))
+    return out
+
+
+def _local(stage: MinHashDedup, batches: list) -> tuple[pa.Table, dict]:
+    for b, seq in batches:
+        ids = pa.array([f"f:{s}" for s in seq])
+        ctx = BatchContext(b, ["text"], ids)
+        stage.observe(stage.prepare(b, ctx), seq, b, ctx)
+    stage.finalize()
+    seq = np.concatenate([s for _, s in batches])
+    return stage.decisions_for(seq), stage.report_section()
+
+
+def _distributed(stage: MinHashDedup, batches: list, parts: int) -> tuple[pa.Table, dict]:
+    dist = ray_dedup.RayMinHash(stage, FAKE_RAY, parts)
+    for b, seq in batches:
+        ids = pa.array([f"f:{s}" for s in seq])
+        prepared = stage.prepare(b, BatchContext(b, ["text"], ids))
+        dist.observe(prepared, SimpleNamespace(seq=seq, row_ids=ids))
+    decisions = dist.finalize()
+    blocks = decisions.blocks if decisions is not None else []
+    return (pa.concat_tables(blocks) if blocks else None), stage.report_section()
+
+
+def _rows(t: pa.Table | None) -> list[tuple]:
+    if t is None:
+        return []
+    return sorted(zip(t.column("seq").to_pylist(), t.column("code").to_pylist(),
+                      t.column("detail").to_pylist(), strict=True))
+
+
+def _without_memory(section: dict) -> dict:
+    return {k: v for k, v in section.items() if k != "memory"}
+
+
+CONFIGS = [
+    {"threshold": 0.7},
+    {"threshold": 0.7, "keep": "longest"},
+    {"threshold": 0.7, "keep": "last", "max_bucket_pairs": 2},  # star buckets
+    {"threshold": 0.5, "verify": "none", "num_perm": 64},
+    {"threshold": 0.8, "num_perm": 64, "report_clusters": 3},
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("parts", [1, 3])
+def test_distributed_steps_match_in_memory(cfg: dict, parts: int) -> None:
+    texts = _corpus(seed=len(str(cfg)) + parts)
+    ref = pa.table({"text": [texts[5], texts[9] + " extra", "nothing like the corpus"]})
+    make = lambda: MinHashDedup(fields=["text"], reference=[ref], **cfg)  # noqa: E731
+    batches = _batches(texts, 37)
+    local_dec, local_rep = _local(make(), batches)
+    dist_dec, dist_rep = _distributed(make(), batches, parts)
+    assert _rows(dist_dec) == _rows(local_dec)
+    assert _without_memory(dist_rep) == _without_memory(local_rep)
+    # the corpus does exercise what is compared
+    assert local_rep["duplicates"] > 10 and local_rep["contamination"]["rows"] >= 1
+
+
+def test_distributed_steps_on_empty_and_unique_input() -> None:
+    for texts in ([""], ["alpha beta gamma delta epsilon", "one two three four five six"]):
+        batches = _batches(texts, 10)
+        local_dec, local_rep = _local(MinHashDedup(fields=["text"]), batches)
+        dist_dec, dist_rep = _distributed(MinHashDedup(fields=["text"]), batches, 2)
+        assert _rows(dist_dec) == _rows(local_dec) == []
+        assert _without_memory(dist_rep) == _without_memory(local_rep)
+
+
+# -- the pieces ------------------------------------------------------------------------------
+
+def _graph(seed: int, n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = a != b
+    return np.maximum(a, b)[keep], np.minimum(a, b)[keep]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_star_components_equal_union_find(seed: int) -> None:
+    hi, lo = _graph(seed, 400, 300 + 50 * seed)
+    nodes, labels = stars.components(hi, lo)
+    uf = kernels.union_find(400, lo, hi)
+    assert nodes.tolist() == np.unique(np.concatenate([hi, lo])).tolist()
+    assert labels.tolist() == uf[nodes].tolist()
+
+
+def test_star_components_long_chain_in_scrambled_order() -> None:
+    # a path whose node numbers are scrambled: the minimum sits in the middle
+    rng = np.random.default_rng(7)
+    path = rng.permutation(2000)
+    a, b = path[:-1], path[1:]
+    nodes, labels = stars.components(np.maximum(a, b), np.minimum(a, b))
+    assert nodes.size == 2000 and set(labels.tolist()) == {0}
+
+
+def test_partitioned_bucket_pairs_equal_in_memory_candidates() -> None:
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 40, size=(500, 4)).astype(np.uint64)
+    valid = rng.random(500) > 0.1
+    seq = np.arange(500, dtype=np.int64) * 2
+    t = bands.sketch_table(seq, keys, valid, None, None, np.zeros(500, np.int64), None, None)
+    rows = bands.band_rows(t)
+    from cleanpipe.dedup import partition_steps
+    from cleanpipe.engine.ray_shuffle import partition_of
+
+    part = partition_of(partition_steps.band_key_hash(rows), 3)
+    found = pa.concat_tables([bands.bucket_pairs(rows.filter(pa.array(part == p)), 8)
+                              for p in range(3)])
+    got = bands.unique_pairs(found)
+    left, right = cluster.candidate_pairs(keys, valid, 8)
+    assert got.column("left").to_pylist() == (seq[left]).tolist()
+    assert got.column("right").to_pylist() == (seq[right]).tolist()
+
+
+def _exact_run(stage: Any, batches: list, parts: int | None) -> tuple[list[tuple], dict]:
+    """Exact dedup in memory (``parts=None``) or through the distributed grouping."""
+    dist = None if parts is None else ray_dedup.RayExactDedup(stage, FAKE_RAY, parts)
+    for b, seq in batches:
+        ids = pa.array([f"f:{s}" for s in seq])
+        ctx = BatchContext(b, ["text"], ids)
+        prepared = stage.prepare(b, ctx)
+        if dist is None:
+            stage.observe(prepared, seq, b, ctx)
+        else:
+            dist.observe(prepared, SimpleNamespace(seq=seq, row_ids=ids))
+    if dist is None:
+        stage.finalize()
+        dec = stage.decisions_for(np.concatenate([s for _, s in batches]))
+    else:
+        out = dist.finalize()
+        dec = pa.concat_tables(out.blocks) if out is not None and out.blocks else None
+    return _rows(dec), _without_memory(stage.report_section())
+
+
+@pytest.mark.parametrize("keep", ["first", "last", "longest"])
+@pytest.mark.parametrize("parts", [1, 4])
+def test_distributed_exact_groups_match_in_memory(keep: str, parts: int) -> None:
+    from cleanpipe.stages.exact_dedup import ExactDedup
+
+    rnd = random.Random(parts)
+    base = [f"row {i} " + "x" * rnd.randint(0, 5) for i in range(40)]
+    texts = [rnd.choice(base) + rnd.choice(["", " ", "  "]) for _ in range(300)]
+    ref = pa.table({"text": [base[3], base[7], "not in the corpus"]})
+    batches = _batches(texts, 29)
+
+    def make() -> ExactDedup:
+        return ExactDedup(fields=["text"], keep=keep, reference=[ref], report_clusters=4)
+
+    local = _exact_run(make(), batches, None)
+    dist = _exact_run(make(), batches, parts)
+    assert dist == local
+    assert local[1]["duplicates"] > 100 and local[1]["contamination"]["rows"] > 0
