@@ -32,7 +32,8 @@ from cleanpipe.engine.apply import (
     char_histogram,
     histogram_of,
 )
-from cleanpipe.engine.parallel import default_workers, ordered_map
+from cleanpipe.engine.memory import returning_pool, use_returning_pool
+from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fields import discover_text_fields
@@ -95,6 +96,7 @@ _W: dict[str, Any] = {}
 
 def _init_worker(stages: list[Stage], segments: list[Segment], text_fields: list[str],
                  flag_codes: bool) -> None:
+    use_returning_pool()
     _W.update(stages=stages, segments=segments, text_fields=text_fields, flag=flag_codes,
               ready=set())
 
@@ -274,6 +276,13 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
 
     The generator's ``RunState`` is returned by ``StopIteration.value`` (``yield from``).
     """
+    with returning_pool():
+        return (yield from _execute(spec, source, sinks, workers=workers, progress=progress,
+                                    tmp_dir=tmp_dir))
+
+
+def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | None,
+             progress: Progress | None, tmp_dir: Path | None) -> Iterator[Rows]:
     stages = list(spec.stages)
     state = RunState([StageStats(s.name) for s in stages])
     progress = progress or Progress(enabled=False)
@@ -310,13 +319,16 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
     if state.input_bytes and state.input_bytes < SMALL_INPUT_BYTES and not (
             workers or spec.workers):
         n_workers = 1
+    # The workers get the stages as configured, before any pass: they only run stateless
+    # stages and global stages' prepare(), never a decision that needs finalize()'s state.
     initargs = (stages, segs, state.text_fields, flag_codes)
     tmp_root = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
     stream: Iterator[Rows] = chained(head, rows_iter)
-    with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir:
+    pool = WorkerPool(n_workers, _init_worker, initargs, preload=stage_modules(stages))
+    with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir, pool:
         for seg_i, seg in enumerate(segs):
             tasks = ((seg_i, r) for r in stream)
-            results = ordered_map(_segment_task, tasks, n_workers, _init_worker, initargs)
+            results = pool.map(_segment_task, tasks)
             if seg.closing is None:
                 for res in results:
                     _merge(res, state, take_stats, on_quarantine)
@@ -346,6 +358,17 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
     state.wall = time.time() - state.started
     progress.close()
     return state
+
+
+def stage_modules(stages: list[Stage]) -> list[str]:
+    """Modules defining the stages' classes, for the workers' fork server to import once.
+
+        >>> from cleanpipe.stages.whitespace import Whitespace
+        >>> stage_modules([Whitespace()])
+        ['cleanpipe.stages.whitespace']
+    """
+    mods = (type(s).__module__ for s in stages)
+    return list(dict.fromkeys(m for m in mods if m not in ("__main__", "__mp_main__")))
 
 
 def _decided(g: GlobalStage, idx: int, spill: Spill, state: RunState,
