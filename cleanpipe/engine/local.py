@@ -101,6 +101,12 @@ def _init_worker(stages: list[Stage], segments: list[Segment], text_fields: list
               ready=set())
 
 
+def _setup_all() -> None:
+    """Set every stage up now (in the fork server, so workers share what it loads)."""
+    for i in range(len(_W["stages"])):
+        _stage(i)
+
+
 def _stage(i: int) -> Stage:
     s: Stage = _W["stages"][i]
     if i not in _W["ready"]:
@@ -324,7 +330,8 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
     initargs = (stages, segs, state.text_fields, flag_codes)
     tmp_root = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
     stream: Iterator[Rows] = chained(head, rows_iter)
-    pool = WorkerPool(n_workers, _init_worker, initargs, preload=stage_modules(stages))
+    pool = WorkerPool(n_workers, _init_worker, initargs, preload=stage_modules(stages),
+                      warm=_setup_all)
     with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir, pool:
         for seg_i, seg in enumerate(segs):
             tasks = ((seg_i, r) for r in stream)

@@ -20,6 +20,7 @@ import pickle
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -42,15 +43,20 @@ class WorkerPool:
 
     ``preload`` names modules imported once in the fork server the workers are forked
     from, so their pages are shared by all workers instead of being imported by each
-    (see :mod:`cleanpipe.engine.worker_start`).
+    (see :mod:`cleanpipe.engine.worker_start`). ``warm`` (a module-level function) is run
+    there after the initializer, to load what every worker would otherwise load itself
+    (see :mod:`cleanpipe.engine.fork_server`); workers do not run it.
     """
 
     def __init__(self, workers: int, initializer: Callable[..., None] | None = None,
-                 initargs: tuple[Any, ...] = (), preload: Sequence[str] = ()) -> None:
+                 initargs: tuple[Any, ...] = (), preload: Sequence[str] = (),
+                 warm: Callable[[], None] | None = None) -> None:
         self.workers = workers
         self._initializer, self._initargs = initializer, initargs
         self._preload = tuple(preload)
+        self._warm = warm
         self._ex: ProcessPoolExecutor | None = None
+        self._warm_file: Path | None = None
         self._local_ready = False
 
     def __enter__(self) -> WorkerPool:
@@ -58,9 +64,10 @@ class WorkerPool:
             # Workers start when work first reaches them, possibly after the caller changed
             # the objects in initargs (a global stage's state after its pass): pickle them
             # now, so every worker starts from the same bytes.
-            frozen = pickle.dumps((self._initializer, self._initargs),
+            frozen = pickle.dumps((self._initializer, self._initargs, self._warm),
                                   protocol=pickle.HIGHEST_PROTOCOL)
-            self._ex = ProcessPoolExecutor(self.workers, mp_context=worker_context(self._preload),
+            ctx, self._warm_file = worker_context(self._preload, frozen)
+            self._ex = ProcessPoolExecutor(self.workers, mp_context=ctx,
                                            initializer=_init_from, initargs=(frozen,))
         return self
 
@@ -71,6 +78,9 @@ class WorkerPool:
             # worker outlives the pool
             self._ex.shutdown(wait=True, cancel_futures=True)
             self._ex = None
+        if self._warm_file is not None:
+            self._warm_file.unlink(missing_ok=True)
+            self._warm_file = None
 
     def map(self, fn: Callable[[T], R], items: Iterable[T],
             window: int | None = None) -> Iterator[R]:
@@ -99,7 +109,12 @@ class WorkerPool:
 
 
 def _init_from(frozen: bytes) -> None:
-    initializer, initargs = pickle.loads(frozen)
+    # imported here, not at the top: in the fork server it must come last (it runs the warm-up)
+    from cleanpipe.engine import fork_server
+
+    if fork_server.warmed_for(frozen):  # forked from a server that ran it already
+        return
+    initializer, initargs, _warm = pickle.loads(frozen)
     if initializer is not None:
         initializer(*initargs)
 
