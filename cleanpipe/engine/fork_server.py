@@ -4,7 +4,8 @@ a worker's state there, so every worker forked afterwards inherits it ready-made
 A pool's workers all start from the same pickled initializer and arguments (the stages).
 When the fork server is started for a pool, it is handed those bytes (a file named by
 ``$CLEANPIPE_WORKER_WARM``) and runs the initializer plus the pool's ``warm`` function
-(stage ``setup()``: tokenizers, rule tables) before forking anything. The workers then
+(for the local engine: stage ``setup()`` — tokenizers, rule tables — and one pass over a
+few input rows, which loads the compiled kernels) before forking anything. The workers then
 share those objects' pages copy-on-write instead of each building its own copy: one
 Qwen3 tokenizer is ~80 MB. A worker whose bytes match skips its own initialisation; one
 started from other bytes (a later pool of the same process) initialises as usual.
@@ -23,6 +24,7 @@ import pickle
 
 from cleanpipe.engine.worker_start import WARM_ENV
 
+_TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
 _warmed: bytes | None = None
 
 
@@ -47,7 +49,17 @@ def _warm_from_env() -> None:
         if initializer is not None:
             initializer(*initargs)
         if warm is not None:
-            warm()
+            # tokenizers' thread pool, once started, is not inherited by forked children
+            # (they run single-threaded, with a warning): keep it unstarted here
+            before = os.environ.get(_TOKENIZERS_PARALLELISM)
+            os.environ[_TOKENIZERS_PARALLELISM] = "false"
+            try:
+                warm()
+            finally:
+                if before is None:
+                    del os.environ[_TOKENIZERS_PARALLELISM]
+                else:
+                    os.environ[_TOKENIZERS_PARALLELISM] = before
     except Exception:  # best effort: workers redo it and report errors
         return
     _warmed = digest(frozen)

@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +102,23 @@ def _init_worker(stages: list[Stage], segments: list[Segment], text_fields: list
               ready=set())
 
 
-def _setup_all() -> None:
-    """Set every stage up now (in the fork server, so workers share what it loads)."""
+def _warm_worker(sample: pa.RecordBatch | None) -> None:
+    """In the fork server, before it forks the workers: set every stage up, then run each
+    pass on a few of the input's own rows (results discarded), so what a first batch loads
+    (numba's compiled kernels and LLVM, ~60 MB and a second per process; lazily built
+    tables) is loaded once and shared by the workers. Best effort: a stage that fails on
+    the sample fails again, and is reported, on the real batch."""
     for i in range(len(_W["stages"])):
         _stage(i)
+    if sample is None or sample.num_rows == 0:
+        return
+    ids = pa.array([f"warm-up:{i}" for i in range(sample.num_rows)], pa.string())
+    for seg_i in range(len(_W["segments"])):
+        rows = Rows(sample, sample, ids, np.arange(sample.num_rows, dtype=np.int64), "warm-up")
+        try:
+            _segment_task((seg_i, rows))
+        except Exception:  # best effort, see the docstring
+            continue
 
 
 def _stage(i: int) -> Stage:
@@ -331,7 +345,7 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
     tmp_root = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
     stream: Iterator[Rows] = chained(head, rows_iter)
     pool = WorkerPool(n_workers, _init_worker, initargs, preload=stage_modules(stages),
-                      warm=_setup_all)
+                      warm=partial(_warm_worker, _warm_sample(head)))
     with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir, pool:
         for seg_i, seg in enumerate(segs):
             tasks = ((seg_i, r) for r in stream)
@@ -365,6 +379,14 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
     state.wall = time.time() - state.started
     progress.close()
     return state
+
+
+def _warm_sample(head: list[Rows], n: int = 8) -> pa.RecordBatch | None:
+    """The first ``n`` rows read, for the workers' warm-up in the fork server."""
+    for r in reversed(head):
+        if r.num_rows:
+            return r.data.slice(0, n)
+    return None
 
 
 def stage_modules(stages: list[Stage]) -> list[str]:
