@@ -69,4 +69,5 @@ def _warm_from_env() -> None:
 # must be complete before their pickles load); the engine imports it only inside workers.
 if os.environ.get(WARM_ENV):
     _warm_from_env()
+    gc.collect()  # the warm-up's garbage would otherwise be frozen into every worker
     gc.freeze()

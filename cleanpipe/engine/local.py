@@ -33,7 +33,7 @@ from cleanpipe.engine.apply import (
     char_histogram,
     histogram_of,
 )
-from cleanpipe.engine.memory import returning_pool, use_returning_pool
+from cleanpipe.engine.memory import release_free_memory, returning_pool, use_returning_pool
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
@@ -43,6 +43,8 @@ from cleanpipe.io.sources import InputError, Shard, resolve_sources
 from cleanpipe.spec import PipelineSpec
 from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
+#: batches between two trims of the C heap (see memory.release_free_memory)
+_TRIM_EVERY = 4
 #: inputs smaller than this run in-process: starting workers would cost more than it saves
 SMALL_INPUT_BYTES = 8 << 20
 
@@ -159,6 +161,9 @@ def _segment_task(args: tuple[int, Rows]) -> TaskResult:
         assert isinstance(g, GlobalStage)
         prepared = g.prepare(rows.data, BatchContext(rows.data, fields, rows.row_ids))
     hist_after = None
+    _W["tasks"] = _W.get("tasks", 0) + 1
+    if _W["tasks"] % _TRIM_EVERY == 0:
+        release_free_memory()
     if seg.closing is None:
         # untouched rows (the stages returned the very batch they got) keep their counts
         unchanged = rows.data is rows.orig and rows.chars is not None
@@ -351,7 +356,9 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
             tasks = ((seg_i, r) for r in stream)
             results = pool.map(_segment_task, tasks)
             if seg.closing is None:
-                for res in results:
+                for n_res, res in enumerate(results, 1):
+                    if n_res % _TRIM_EVERY == 0:
+                        release_free_memory()
                     _merge(res, state, take_stats, on_quarantine)
                     state.kept += res.rows.num_rows
                     if res.rows.num_rows:
@@ -364,7 +371,9 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
             g.setup()
             spill = Spill(Path(spill_dir))
             t0 = time.perf_counter()
-            for res in results:
+            for n_res, res in enumerate(results, 1):
+                if n_res % _TRIM_EVERY == 0:
+                    release_free_memory()
                 _merge(res, state, take_stats, on_quarantine)
                 if res.rows.num_rows:
                     ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
@@ -372,6 +381,7 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
                     spill.write(res.rows)
             spill.finish()
             g.finalize()
+            release_free_memory()  # finalize's temporaries: often the largest of the run
             state.stage_stats[seg.closing].seconds += time.perf_counter() - t0
             progress.note(f"{g.name}: second pass")
             stream = _decided(g, seg.closing, spill, state, take_stats, on_quarantine,
