@@ -20,11 +20,10 @@ import pickle
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from cleanpipe.engine.worker_start import worker_context
+from cleanpipe.engine.worker_start import WorkerStart, worker_context
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -56,7 +55,7 @@ class WorkerPool:
         self._preload = tuple(preload)
         self._warm = warm
         self._ex: ProcessPoolExecutor | None = None
-        self._warm_file: Path | None = None
+        self._start: WorkerStart | None = None
         self._local_ready = False
 
     def __enter__(self) -> WorkerPool:
@@ -66,8 +65,8 @@ class WorkerPool:
             # now, so every worker starts from the same bytes.
             frozen = pickle.dumps((self._initializer, self._initargs, self._warm),
                                   protocol=pickle.HIGHEST_PROTOCOL)
-            ctx, self._warm_file = worker_context(self._preload, frozen)
-            self._ex = ProcessPoolExecutor(self.workers, mp_context=ctx,
+            self._start = worker_context(self._preload, frozen)
+            self._ex = ProcessPoolExecutor(self.workers, mp_context=self._start.context,
                                            initializer=_init_from, initargs=(frozen,))
         return self
 
@@ -78,9 +77,9 @@ class WorkerPool:
             # worker outlives the pool
             self._ex.shutdown(wait=True, cancel_futures=True)
             self._ex = None
-        if self._warm_file is not None:
-            self._warm_file.unlink(missing_ok=True)
-            self._warm_file = None
+        if self._start is not None:
+            self._start.close()
+            self._start = None
 
     def map(self, fn: Callable[[T], R], items: Iterable[T],
             window: int | None = None) -> Iterator[R]:
