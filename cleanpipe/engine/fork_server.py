@@ -22,9 +22,8 @@ import hashlib
 import os
 import pickle
 
-from cleanpipe.engine.worker_start import WARM_ENV
+from cleanpipe.engine.worker_start import WARM_ENV, run_warm_up
 
-_TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
 _warmed: bytes | None = None
 
 
@@ -49,17 +48,7 @@ def _warm_from_env() -> None:
         if initializer is not None:
             initializer(*initargs)
         if warm is not None:
-            # tokenizers' thread pool, once started, is not inherited by forked children
-            # (they run single-threaded, with a warning): keep it unstarted here
-            before = os.environ.get(_TOKENIZERS_PARALLELISM)
-            os.environ[_TOKENIZERS_PARALLELISM] = "false"
-            try:
-                warm()
-            finally:
-                if before is None:
-                    del os.environ[_TOKENIZERS_PARALLELISM]
-                else:
-                    os.environ[_TOKENIZERS_PARALLELISM] = before
+            run_warm_up(warm)
     except Exception:  # best effort: workers redo it and report errors
         return
     _warmed = digest(frozen)

@@ -350,7 +350,7 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
     tmp_root = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
     stream: Iterator[Rows] = chained(head, rows_iter)
     pool = WorkerPool(n_workers, _init_worker, initargs, preload=stage_modules(stages),
-                      warm=partial(_warm_worker, _warm_sample(head)))
+                      warm=partial(_warm_worker, _warm_sample(head)), release=_W.clear)
     with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir, pool:
         for seg_i, seg in enumerate(segs):
             tasks = ((seg_i, r) for r in stream)

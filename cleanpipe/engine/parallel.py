@@ -15,6 +15,8 @@ numpy, pyarrow, numba and the stages' modules — is paid once per run, not once
 
 from __future__ import annotations
 
+import gc
+import multiprocessing as mp
 import os
 import pickle
 from collections import deque
@@ -23,7 +25,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
 
-from cleanpipe.engine.worker_start import WorkerStart, worker_context
+from cleanpipe.engine.worker_start import WorkerStart, can_fork_here, run_warm_up, worker_context
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,20 +42,23 @@ class WorkerPool:
     """``workers`` processes (none when ``workers <= 1``: maps run in this process), each
     set up once by ``initializer(*initargs)``.
 
-    ``preload`` names modules imported once in the fork server the workers are forked
-    from, so their pages are shared by all workers instead of being imported by each
-    (see :mod:`cleanpipe.engine.worker_start`). ``warm`` (a module-level function) is run
-    there after the initializer, to load what every worker would otherwise load itself
-    (see :mod:`cleanpipe.engine.fork_server`); workers do not run it.
+    The workers are forked, so they share the pages of what was loaded before the fork:
+    from this process when it runs no other thread (the CLI), else from a fork server (see
+    :mod:`cleanpipe.engine.worker_start`) that imports ``preload``. Before the fork,
+    ``initializer(*initargs)`` and then ``warm`` (a module-level function: loading what
+    every worker would otherwise load itself) run on a copy of the arguments, in this
+    process or in the server; ``release`` drops that copy here when the pool is done.
     """
 
     def __init__(self, workers: int, initializer: Callable[..., None] | None = None,
                  initargs: tuple[Any, ...] = (), preload: Sequence[str] = (),
-                 warm: Callable[[], None] | None = None) -> None:
+                 warm: Callable[[], None] | None = None,
+                 release: Callable[[], None] | None = None) -> None:
         self.workers = workers
         self._initializer, self._initargs = initializer, initargs
         self._preload = tuple(preload)
-        self._warm = warm
+        self._warm, self._release = warm, release
+        self._warmed_here = False
         self._ex: ProcessPoolExecutor | None = None
         self._start: WorkerStart | None = None
         self._local_ready = False
@@ -65,10 +70,36 @@ class WorkerPool:
             # now, so every worker starts from the same bytes.
             frozen = pickle.dumps((self._initializer, self._initargs, self._warm),
                                   protocol=pickle.HIGHEST_PROTOCOL)
-            self._start = worker_context(self._preload, frozen)
-            self._ex = ProcessPoolExecutor(self.workers, mp_context=self._start.context,
-                                           initializer=_init_from, initargs=(frozen,))
+            if can_fork_here():
+                self._ex = self._fork_here(frozen)
+            else:
+                self._start = worker_context(self._preload, frozen)
+                self._ex = ProcessPoolExecutor(self.workers, mp_context=self._start.context,
+                                               initializer=_init_from, initargs=(frozen,))
         return self
+
+    def _fork_here(self, frozen: bytes) -> ProcessPoolExecutor:
+        """Workers forked from this process, after it ran the initializer and ``warm`` on
+        copies of the arguments: they share this process's modules and the warmed state."""
+        initializer, initargs, warm = pickle.loads(frozen)
+        self._warmed_here = True
+        if initializer is not None:
+            initializer(*initargs)
+        if warm is not None:
+            try:
+                run_warm_up(warm)
+            except Exception:  # best effort: a worker meets the error again and reports it
+                pass
+        ex = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"))
+        # With fork, the executor starts every worker at the first submit: do it now, while
+        # this process has no other thread and the collector leaves inherited objects alone.
+        gc.collect()
+        gc.freeze()
+        try:
+            ex.submit(int).result()
+        finally:
+            gc.unfreeze()
+        return ex
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -80,6 +111,9 @@ class WorkerPool:
         if self._start is not None:
             self._start.close()
             self._start = None
+        if self._warmed_here and self._release is not None:
+            self._release()  # the warmed copies, held for the forks only
+        self._warmed_here = False
 
     def map(self, fn: Callable[[T], R], items: Iterable[T],
             window: int | None = None) -> Iterator[R]:

@@ -1,17 +1,22 @@
-"""How worker processes are started: forked from a fork server that imported the heavy
-modules once.
+"""How worker processes are started: forked from a process that already imported the heavy
+modules and set the stages up, so the workers share those pages.
 
-Each worker needs numpy, pyarrow, numba and the stages' modules (tokenizers, ftfy, ...).
-Started with ``spawn``, every worker imports them again: seconds of start-up each, and
-about 150 MB of private memory each. A fork server imports them once; the workers forked
-from it share those pages copy-on-write, so a machine's memory (PSS) holds one copy.
+Each worker needs numpy, pyarrow, numba and the stages' modules (tokenizers, ftfy, ...)
+and the stages' resources (a tokenizer, compiled kernels). Started with ``spawn``, every
+worker imports and loads them again: seconds of start-up each, and 150 MB or more of
+private memory each. Forked, the workers share those pages copy-on-write, so a machine's
+memory (PSS) holds one copy.
 
-Plain ``fork`` from the main process is not used: the main process holds threads
-(the pool's own, the tokenizer's and numba's once used) that a fork would copy half-alive.
-The fork server is a fresh process that only imports modules and loads the stages'
-resources; the only threads there are the allocator's and OpenBLAS's, which are made to be
-forked (at-fork handlers), as with multiprocessing's default ``fork``. Where there is no
-fork server (not POSIX), or ``$CLEANPIPE_WORKER_START`` is ``spawn``, workers are spawned.
+* **From this process** (:func:`can_fork_here`), when it runs no other Python thread, as
+  the CLI does at that point: the workers then share the main process's modules too. The
+  pool forks them all at once, before its own threads start; tokenizers and numba have
+  not started threads here (the main process never tokenizes or runs kernels in parallel).
+* **From a fork server** otherwise (a program with threads of its own): a fresh process
+  that only imports modules and loads the stages' resources.
+
+The only other threads at fork time are the allocator's and OpenBLAS's, which are made to
+be forked (at-fork handlers), as with multiprocessing's default ``fork``. Where neither
+is available (not POSIX), or ``$CLEANPIPE_WORKER_START`` is ``spawn``, workers are spawned.
 
     >>> start = worker_context(["json"])
     >>> start.context.get_start_method() in ("forkserver", "spawn")
@@ -24,7 +29,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -34,8 +40,35 @@ from pathlib import Path
 BASE_PRELOAD = ("numpy", "pyarrow", "pyarrow.compute", "pandas", "cleanpipe.engine.local")
 #: environment variable naming the file with the pickled (initializer, initargs, warm)
 WARM_ENV = "CLEANPIPE_WORKER_WARM"
-#: ``spawn`` to opt out of the fork server (say, for a stage whose setup starts threads)
+#: ``forkserver`` to never fork the calling process, ``spawn`` to fork nothing (say, for a
+#: stage whose setup starts threads)
 START_ENV = "CLEANPIPE_WORKER_START"
+_TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
+
+
+def can_fork_here() -> bool:
+    """Whether workers may be forked from this very process: POSIX, not opted out, and no
+    other Python thread (one could hold a lock the children would inherit held).
+
+    The threads of numpy's OpenBLAS and Arrow's allocator are made to be forked (at-fork
+    handlers), as with multiprocessing's own ``fork`` start method.
+    """
+    return (os.environ.get(START_ENV) not in ("spawn", "forkserver")
+            and "fork" in mp.get_all_start_methods() and threading.active_count() == 1)
+
+
+def run_warm_up(warm: Callable[[], None]) -> None:
+    """``warm()`` with tokenizers' thread pool kept unstarted: once started, forked children
+    do not inherit it (they run single-threaded, with a warning)."""
+    before = os.environ.get(_TOKENIZERS_PARALLELISM)
+    os.environ[_TOKENIZERS_PARALLELISM] = "false"
+    try:
+        warm()
+    finally:
+        if before is None:
+            del os.environ[_TOKENIZERS_PARALLELISM]
+        else:
+            os.environ[_TOKENIZERS_PARALLELISM] = before
 
 
 @dataclass
