@@ -13,7 +13,7 @@ import xxhash
 from dedup_helpers import load_medical, load_t0, run_global
 
 from cleanpipe.dedup import kernels
-from cleanpipe.dedup.minhash import lsh_params, shingle_hashes, signatures
+from cleanpipe.dedup.minhash import lsh_params, permutations, shingle_hashes, signatures
 from cleanpipe.dedup.text import normalize, python_shingles, shingle_modes
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from cleanpipe.stages.registry import get_stage_class
@@ -46,6 +46,15 @@ def _compare(docs: list[str], hash_name: str, scheme: str) -> int:
         ref = _datasketch_sig(python_shingles(text, int(modes[i]), 5, 2), hash_name, scheme)
         mismatches += int(not np.array_equal(ref, sig[i].astype(np.uint64)))
     return mismatches
+
+
+@pytest.mark.parametrize("scheme", ["affine32", "legacy"])
+@pytest.mark.parametrize(("num_perm", "seed"), [(112, 1), (128, 1), (7, 42), (256, 0)])
+def test_permutations_equal_datasketch(scheme, num_perm, seed):
+    a, b = datasketch.MinHash(num_perm=num_perm, seed=seed, scheme=scheme).permutations
+    got_a, got_b = permutations(num_perm, seed, scheme)
+    assert np.array_equal(got_a, np.asarray(a, np.uint64))
+    assert np.array_equal(got_b, np.asarray(b, np.uint64))
 
 
 def test_xxh32_kernel_equals_xxhash():

@@ -12,11 +12,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # imported where used: only ``external: true`` runs need polars
+    import polars as pl
 
 
 class KeySpill:
@@ -45,6 +48,8 @@ class KeySpill:
         self._parts += 1
 
     def scan(self) -> pl.LazyFrame | None:
+        import polars as pl
+
         if self._parts == 0:
             return None
         return pl.scan_parquet(str(self._dir / "*.parquet"))
@@ -59,6 +64,8 @@ class KeySpill:
 
 def candidate_pairs(keys: pl.LazyFrame | None, max_all_pairs: int = 64) -> pl.DataFrame:
     """Unique ``(left, right)`` pairs, ``left < right``, sharing a key in some band."""
+    import polars as pl
+
     empty = pl.DataFrame({"left": [], "right": []}, schema={"left": pl.Int64, "right": pl.Int64})
     if keys is None:
         return empty
@@ -80,6 +87,8 @@ def candidate_pairs(keys: pl.LazyFrame | None, max_all_pairs: int = 64) -> pl.Da
 
 def components(n: int, edges: pl.DataFrame) -> np.ndarray:
     """Smallest index of each document's component, by min-label propagation in polars."""
+    import polars as pl
+
     labels = np.arange(n, dtype=np.int64)
     if edges.height == 0:
         return labels

@@ -1,6 +1,6 @@
 """Bulk MinHash signatures identical to ``datasketch.MinHash`` and LSH banding parameters.
 
-The permutation parameters are taken from datasketch itself (same seed → same ``a``/``b``),
+The permutation parameters are datasketch's own draws (same seed → same ``a``/``b``),
 and the bands×rows split from datasketch's own ``_optimal_param``, so nothing about the
 sketch is re-derived here: only the loop is compiled.
 """
@@ -22,12 +22,26 @@ HashName = Literal["xxh32", "sha1"]
 Scheme = Literal["affine32", "legacy"]
 
 
+_MERSENNE_61 = (1 << 61) - 1
+
+
 @cache
 def permutations(num_perm: int, seed: int, scheme: Scheme) -> tuple[np.ndarray, np.ndarray]:
-    """datasketch's permutation parameters ``(a, b)`` as uint64 arrays."""
-    from datasketch import MinHash
+    """datasketch's permutation parameters ``(a, b)`` as uint64 arrays.
 
-    a, b = MinHash(num_perm=num_perm, seed=seed, scheme=scheme).permutations
+    The same draws as ``datasketch.MinHash(num_perm, seed, scheme=scheme).permutations``
+    (``np.random.RandomState(seed)``, in the same order; tests compare them), made here
+    because importing datasketch imports its LSH module and with it scipy.integrate:
+    half a second and ~30 MB in every worker, for two arrays.
+    """
+    gen = np.random.RandomState(seed)
+    if scheme == "legacy":
+        pairs = [(gen.randint(1, _MERSENNE_61, dtype=np.uint64),
+                  gen.randint(0, _MERSENNE_61, dtype=np.uint64)) for _ in range(num_perm)]
+        a, b = np.array(pairs, dtype=np.uint64).reshape(num_perm, 2).T
+    else:  # affine32: odd multipliers, so each permutation is a bijection on 32 bits
+        a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+        b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
     return np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64)
 
 

@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ from cleanpipe.engine.apply import (
     char_histogram,
     histogram_of,
 )
-from cleanpipe.engine.parallel import default_workers, ordered_map
+from cleanpipe.engine.memory import release_free_memory, returning_pool, use_returning_pool
+from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fields import discover_text_fields
@@ -42,6 +44,8 @@ from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_
 from cleanpipe.spec import PipelineSpec
 from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
+#: batches between two trims of the C heap (see memory.release_free_memory)
+_TRIM_EVERY = 4
 #: inputs smaller than this run in-process: starting workers would cost more than it saves
 SMALL_INPUT_BYTES = 8 << 20
 
@@ -98,8 +102,28 @@ _W: dict[str, Any] = {}
 
 def _init_worker(stages: list[Stage], segments: list[Segment], text_fields: list[str],
                  flag_codes: bool) -> None:
+    use_returning_pool()
     _W.update(stages=stages, segments=segments, text_fields=text_fields, flag=flag_codes,
               ready=set())
+
+
+def _warm_worker(sample: pa.RecordBatch | None) -> None:
+    """In the fork server, before it forks the workers: set every stage up, then run each
+    pass on a few of the input's own rows (results discarded), so what a first batch loads
+    (numba's compiled kernels and LLVM, ~60 MB and a second per process; lazily built
+    tables) is loaded once and shared by the workers. Best effort: a stage that fails on
+    the sample fails again, and is reported, on the real batch."""
+    for i in range(len(_W["stages"])):
+        _stage(i)
+    if sample is None or sample.num_rows == 0:
+        return
+    ids = pa.array([f"warm-up:{i}" for i in range(sample.num_rows)], pa.string())
+    for seg_i in range(len(_W["segments"])):
+        rows = Rows(sample, sample, ids, np.arange(sample.num_rows, dtype=np.int64), "warm-up")
+        try:
+            _segment_task((seg_i, rows))
+        except Exception:  # best effort, see the docstring
+            continue
 
 
 def _stage(i: int) -> Stage:
@@ -140,6 +164,9 @@ def _segment_task(args: tuple[int, Rows]) -> TaskResult:
         assert isinstance(g, GlobalStage)
         prepared = g.prepare(rows.data, BatchContext(rows.data, fields, rows.row_ids))
     hist_after = None
+    _W["tasks"] = _W.get("tasks", 0) + 1
+    if _W["tasks"] % _TRIM_EVERY == 0:
+        release_free_memory()
     if seg.closing is None:
         # untouched rows (the stages returned the very batch they got) keep their counts
         unchanged = rows.data is rows.orig and rows.chars is not None
@@ -322,6 +349,13 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
 
     The generator's ``RunState`` is returned by ``StopIteration.value`` (``yield from``).
     """
+    with returning_pool():
+        return (yield from _execute(spec, source, sinks, workers=workers, progress=progress,
+                                    tmp_dir=tmp_dir))
+
+
+def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | None,
+             progress: Progress | None, tmp_dir: Path | None) -> Iterator[Rows]:
     stages = list(spec.stages)
     state = RunState([StageStats(s.name) for s in stages])
     progress = progress or Progress(enabled=False)
@@ -358,15 +392,21 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
     if state.input_bytes and state.input_bytes < SMALL_INPUT_BYTES and not (
             workers or spec.workers):
         n_workers = 1
+    # The workers get the stages as configured, before any pass: they only run stateless
+    # stages and global stages' prepare(), never a decision that needs finalize()'s state.
     initargs = (stages, segs, state.text_fields, flag_codes)
     tmp_root = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
     stream: Iterator[Rows] = chained(head, rows_iter)
-    with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir:
+    pool = WorkerPool(n_workers, _init_worker, initargs, preload=stage_modules(stages),
+                      warm=partial(_warm_worker, _warm_sample(head)), release=_W.clear)
+    with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir, pool:
         for seg_i, seg in enumerate(segs):
             tasks = ((seg_i, r) for r in stream)
-            results = ordered_map(_segment_task, tasks, n_workers, _init_worker, initargs)
+            results = pool.map(_segment_task, tasks)
             if seg.closing is None:
-                for res in results:
+                for n_res, res in enumerate(results, 1):
+                    if n_res % _TRIM_EVERY == 0:
+                        release_free_memory()
                     _merge(res, state, take_stats, on_quarantine, sinks.events)
                     state.kept += res.rows.num_rows
                     if res.rows.num_rows:
@@ -379,7 +419,9 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
             g.setup()
             spill = Spill(Path(spill_dir))
             t0 = time.perf_counter()
-            for res in results:
+            for n_res, res in enumerate(results, 1):
+                if n_res % _TRIM_EVERY == 0:
+                    release_free_memory()
                 _merge(res, state, take_stats, on_quarantine, sinks.events)
                 if res.rows.num_rows:
                     ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
@@ -387,6 +429,7 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
                     spill.write(res.rows)
             spill.finish()
             g.finalize()
+            release_free_memory()  # finalize's temporaries: often the largest of the run
             state.stage_stats[seg.closing].seconds += time.perf_counter() - t0
             progress.note(f"{g.name}: second pass")
             stream = _decided(g, seg.closing, spill, state, take_stats, on_quarantine,
@@ -394,6 +437,25 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
     state.wall = time.time() - state.started
     progress.close()
     return state
+
+
+def _warm_sample(head: list[Rows], n: int = 8) -> pa.RecordBatch | None:
+    """The first ``n`` rows read, for the workers' warm-up in the fork server."""
+    for r in reversed(head):
+        if r.num_rows:
+            return r.data.slice(0, n)
+    return None
+
+
+def stage_modules(stages: list[Stage]) -> list[str]:
+    """Modules defining the stages' classes, for the workers' fork server to import once.
+
+        >>> from cleanpipe.stages.whitespace import Whitespace
+        >>> stage_modules([Whitespace()])
+        ['cleanpipe.stages.whitespace']
+    """
+    mods = (type(s).__module__ for s in stages)
+    return list(dict.fromkeys(m for m in mods if m not in ("__main__", "__mp_main__")))
 
 
 def _decided(g: GlobalStage, idx: int, spill: Spill, state: RunState,

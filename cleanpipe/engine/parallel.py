@@ -1,20 +1,31 @@
-"""An order-preserving, bounded parallel map over worker processes.
+"""An order-preserving, bounded parallel map over worker processes started once.
 
 Results come back in input order whatever the number of workers, and at most ``window``
-items are in flight, so memory stays bounded however long the input is.
+items are in flight, so memory stays bounded however long the input is. A
+:class:`WorkerPool` keeps its processes for several maps (a pipeline with global stages
+streams its rows through the workers once per pass), so the start-up cost — a Python with
+numpy, pyarrow, numba and the stages' modules — is paid once per run, not once per pass.
 
     >>> list(ordered_map(abs, [-1, 2, -3], workers=1))
     [1, 2, 3]
+    >>> with WorkerPool(1) as pool:
+    ...     list(pool.map(abs, [-1, 2])), list(pool.map(abs, [-3]))
+    ([1, 2], [3])
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
+import pickle
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from types import TracebackType
 from typing import Any, TypeVar
+
+from cleanpipe.engine.worker_start import WorkerStart, can_fork_here, run_warm_up, worker_context
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,25 +38,100 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
-                initializer: Callable[..., None] | None = None, initargs: tuple[Any, ...] = (),
-                window: int | None = None) -> Iterator[R]:
-    """``map(fn, items)`` on ``workers`` processes (in this process when ``workers <= 1``)."""
-    if workers <= 1:
+class WorkerPool:
+    """``workers`` processes (none when ``workers <= 1``: maps run in this process), each
+    set up once by ``initializer(*initargs)``.
+
+    The workers are forked, so they share the pages of what was loaded before the fork:
+    from this process when it runs no other thread (the CLI), else from a fork server (see
+    :mod:`cleanpipe.engine.worker_start`) that imports ``preload``. Before the fork,
+    ``initializer(*initargs)`` and then ``warm`` (a module-level function: loading what
+    every worker would otherwise load itself) run on a copy of the arguments, in this
+    process or in the server; ``release`` drops that copy here when the pool is done.
+    """
+
+    def __init__(self, workers: int, initializer: Callable[..., None] | None = None,
+                 initargs: tuple[Any, ...] = (), preload: Sequence[str] = (),
+                 warm: Callable[[], None] | None = None,
+                 release: Callable[[], None] | None = None) -> None:
+        self.workers = workers
+        self._initializer, self._initargs = initializer, initargs
+        self._preload = tuple(preload)
+        self._warm, self._release = warm, release
+        self._warmed_here = False
+        self._ex: ProcessPoolExecutor | None = None
+        self._start: WorkerStart | None = None
+        self._local_ready = False
+
+    def __enter__(self) -> WorkerPool:
+        if self.workers > 1:
+            # Workers start when work first reaches them, possibly after the caller changed
+            # the objects in initargs (a global stage's state after its pass): pickle them
+            # now, so every worker starts from the same bytes.
+            frozen = pickle.dumps((self._initializer, self._initargs, self._warm),
+                                  protocol=pickle.HIGHEST_PROTOCOL)
+            if can_fork_here():
+                self._ex = self._fork_here(frozen)
+            else:
+                self._start = worker_context(self._preload, frozen)
+                self._ex = ProcessPoolExecutor(self.workers, mp_context=self._start.context,
+                                               initializer=_init_from, initargs=(frozen,))
+        return self
+
+    def _fork_here(self, frozen: bytes) -> ProcessPoolExecutor:
+        """Workers forked from this process, after it ran the initializer and ``warm`` on
+        copies of the arguments: they share this process's modules and the warmed state."""
+        initializer, initargs, warm = pickle.loads(frozen)
+        self._warmed_here = True
         if initializer is not None:
             initializer(*initargs)
-        for it in items:
-            yield fn(it)
-        return
-    window = window or 2 * workers
-    # spawn, not fork: tokenizers and numba hold threads that a fork would copy half-alive
-    ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=initializer,
-                             initargs=initargs) as ex:
+        if warm is not None:
+            try:
+                run_warm_up(warm)
+            except Exception:  # best effort: a worker meets the error again and reports it
+                pass
+        ex = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"))
+        # With fork, the executor starts every worker at the first submit: do it now, while
+        # this process has no other thread and the collector leaves inherited objects alone.
+        gc.collect()
+        gc.freeze()
+        try:
+            ex.submit(int).result()
+        finally:
+            gc.unfreeze()
+        return ex
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._ex is not None:
+            # queued work nobody will read is dropped; running tasks are waited for, so no
+            # worker outlives the pool
+            self._ex.shutdown(wait=True, cancel_futures=True)
+            self._ex = None
+        if self._start is not None:
+            self._start.close()
+            self._start = None
+        if self._warmed_here and self._release is not None:
+            self._release()  # the warmed copies, held for the forks only
+        self._warmed_here = False
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T],
+            window: int | None = None) -> Iterator[R]:
+        """``map(fn, items)`` over the pool's workers, in input order."""
+        if self._ex is None:
+            if self._initializer is not None and not self._local_ready:
+                self._initializer(*self._initargs)
+                self._local_ready = True
+            for it in items:
+                yield fn(it)
+            return
+        # Two tasks per worker: one running, one queued behind it so it never idles while
+        # this process reads the next batch. More only holds more batches in memory.
+        window = window or 2 * self.workers
         pending: deque[Future[R]] = deque()
         try:
             for it in items:
-                pending.append(ex.submit(fn, it))
+                pending.append(self._ex.submit(fn, it))
                 if len(pending) >= window:
                     yield pending.popleft().result()
             while pending:
@@ -53,3 +139,22 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
         finally:
             for f in pending:
                 f.cancel()
+
+
+def _init_from(frozen: bytes) -> None:
+    # imported here, not at the top: in the fork server it must come last (it runs the warm-up)
+    from cleanpipe.engine import fork_server
+
+    if fork_server.warmed_for(frozen):  # forked from a server that ran it already
+        return
+    initializer, initargs, _warm = pickle.loads(frozen)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
+                initializer: Callable[..., None] | None = None, initargs: tuple[Any, ...] = (),
+                window: int | None = None) -> Iterator[R]:
+    """``map(fn, items)`` on ``workers`` processes (in this process when ``workers <= 1``)."""
+    with WorkerPool(workers, initializer, initargs) as pool:
+        yield from pool.map(fn, items, window)

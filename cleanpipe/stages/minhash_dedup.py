@@ -276,6 +276,8 @@ class MinHashDedup(GlobalStage):
         if self._spill is None:
             keys = (np.concatenate([p.keys for p in parts]) if parts
                     else np.zeros((0, b), dtype=np.uint64))
+            for p in parts:  # the copies above are all that is used from here on
+                p.keys = p.keys[:0]
             index_bytes += int(keys[:n].nbytes)
             left, right = cluster.candidate_pairs(keys, valid, self.max_bucket_pairs)
             shared = kernels.shared_bands(keys, left, right)
@@ -293,6 +295,8 @@ class MinHashDedup(GlobalStage):
                 np.zeros(0, np.int64)
             off = np.zeros(total + 1, dtype=np.int64)
             np.cumsum(sizes, out=off[1:])
+            for p in parts:  # the batches' sets now live in `sets`: do not hold them twice
+                p.sets = p.set_off = None
             # Pairs agreeing on most bands are far above the threshold (each band agrees
             # with probability J**rows): the shared rule skips their exact Jaccard.
             jac = bands.verified_jaccard(

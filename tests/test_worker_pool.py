@@ -1,0 +1,44 @@
+"""WorkerPool: one set of workers for several maps, started from the arguments as they were
+when the pool was made, results in input order."""
+
+from __future__ import annotations
+
+import os
+
+from cleanpipe.engine.parallel import WorkerPool
+
+_STATE: dict[str, object] = {}
+
+
+def _init(value: list[str]) -> None:
+    _STATE["init"] = list(value)
+
+
+def _read(i: int) -> tuple[int, object, int]:
+    return i, _STATE.get("init"), os.getpid()
+
+
+def test_one_pool_serves_several_maps_in_order():
+    with WorkerPool(2, _init, (["a"],)) as pool:
+        first = list(pool.map(_read, range(20)))
+        second = list(pool.map(_read, range(20, 30)))
+    assert [r[0] for r in first + second] == list(range(30))
+    pids = {r[2] for r in first + second}
+    assert len(pids) <= 2 and os.getpid() not in pids
+    assert all(r[1] == ["a"] for r in first + second)
+
+
+def test_workers_get_the_initargs_as_they_were_when_the_pool_was_made():
+    value = ["as made"]
+    with WorkerPool(2, _init, (value,)) as pool:
+        value[0] = "changed later"  # workers start on the first task, after this
+        got = {r[1][0] for r in pool.map(_read, range(8))}  # type: ignore[index]
+    assert got == {"as made"}
+
+
+def test_one_worker_runs_in_this_process_and_initialises_once():
+    _STATE.clear()
+    with WorkerPool(1, _init, (["local"],)) as pool:
+        assert [r[2] for r in pool.map(_read, range(3))] == [os.getpid()] * 3
+        _STATE["init"] = ["kept"]
+        assert next(iter(pool.map(_read, [0])))[1] == ["kept"]
