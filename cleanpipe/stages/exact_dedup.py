@@ -10,12 +10,13 @@ import pyarrow as pa
 from pydantic import Field, PrivateAttr
 
 from cleanpipe.dedup import cluster, hashing
-from cleanpipe.dedup.decisions import DECISIONS, decisions_at, decisions_table, reference_name
+from cleanpipe.dedup.decisions import DECISIONS, decisions_table, reference_name
 from cleanpipe.dedup.partition_steps import HASH_ROWS_SCHEMA
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
+from cleanpipe.stages._decided import DecidedFromTable
+from cleanpipe.stages.base import Action, BatchContext, GlobalStage
 
 
 @dataclass
@@ -32,7 +33,7 @@ CODES = ("exact_duplicate", "contaminated_exact")
 HASH_ROWS = HASH_ROWS_SCHEMA
 
 
-class ExactDedup(GlobalStage):
+class ExactDedup(DecidedFromTable, GlobalStage):
     """Drop (or flag) rows whose normalised content equals an earlier row's, and rows that
     copy an eval/test set.
 
@@ -49,6 +50,7 @@ class ExactDedup(GlobalStage):
     """
 
     name: ClassVar[str] = "exact_dedup"
+    decision_codes: ClassVar[tuple[str, ...]] = CODES
     codes: ClassVar[dict[str, Action]] = {
         "exact_duplicate": Action.DROP,
         "contaminated_exact": Action.DROP,
@@ -245,21 +247,6 @@ class ExactDedup(GlobalStage):
         details += [f"copy of {self._ref_name(int(r))}" for r in self._contam[idx[hit]]]
         return decisions_table(np.concatenate([seq[dup], seq[hit]]),
                                [CODES[0]] * dup.size + [CODES[1]] * hit.size, details)
-
-    def with_decisions(self, decisions: pa.Table) -> ExactDedup:
-        """A copy whose ``decide`` reports ``decisions`` computed elsewhere."""
-        out = self.model_copy()
-        out._decisions = decisions
-        return out
-
-    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
-        table = self._decisions if self._decisions is not None else self.decisions_for(seq)
-        found = Findings(self.name)
-        counts = dict.fromkeys(CODES, 0)
-        for code, (pos, details) in decisions_at(table, seq, CODES).items():
-            found.add(pos, code, self.action_of(code), detail=details)
-            counts[code] = int(pos.size)
-        return BatchResult(None, found, counts)
 
     def report_section(self) -> dict[str, Any]:
         return dict(self._report)

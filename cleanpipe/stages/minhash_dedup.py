@@ -12,7 +12,6 @@ from pydantic import Field, PrivateAttr, model_validator
 from cleanpipe.dedup import bands, cluster, external, kernels
 from cleanpipe.dedup.decisions import (
     DECISIONS,
-    decisions_at,
     decisions_table,
     reference_name,
 )
@@ -27,7 +26,8 @@ from cleanpipe.dedup.minhash import (
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts, shingle_modes
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
+from cleanpipe.stages._decided import DecidedFromTable
+from cleanpipe.stages.base import Action, BatchContext, GlobalStage
 
 
 @dataclass
@@ -49,7 +49,7 @@ CODES = ("near_duplicate", "contaminated_near")
 __all__ = ["DECISIONS", "MinHashDedup", "decisions_table", "reference_name"]
 
 
-class MinHashDedup(GlobalStage):
+class MinHashDedup(DecidedFromTable, GlobalStage):
     """Drop (or flag) near-duplicate rows found by MinHash LSH, and rows that nearly copy an
     eval/test set.
 
@@ -74,6 +74,7 @@ class MinHashDedup(GlobalStage):
     """
 
     name: ClassVar[str] = "minhash_dedup"
+    decision_codes: ClassVar[tuple[str, ...]] = CODES
     codes: ClassVar[dict[str, Action]] = {
         "near_duplicate": Action.DROP,
         "contaminated_near": Action.DROP,
@@ -425,24 +426,6 @@ class MinHashDedup(GlobalStage):
         return decisions_table(np.concatenate([seq[dup], seq[hit]]),
                                ["near_duplicate"] * dup.size + ["contaminated_near"] * hit.size,
                                details)
-
-    def with_decisions(self, decisions: pa.Table) -> MinHashDedup:
-        """A copy whose ``decide`` reports ``decisions`` (computed elsewhere, e.g. by the
-        Ray engine's distributed clustering) instead of looking rows up in its own state."""
-        out = self.model_copy()
-        out._decisions = decisions
-        return out
-
-    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
-        table = self._decisions if self._decisions is not None else self.decisions_for(seq)
-        found = Findings(self.name)
-        counts = {}
-        for code, (pos, details) in decisions_at(table, seq, CODES).items():
-            found.add(pos, code, self.action_of(code), detail=details)
-            counts[code] = int(pos.size)
-        return BatchResult(None, found, {"near_duplicate": counts.get("near_duplicate", 0),
-                                         "contaminated_near": counts.get("contaminated_near",
-                                                                         0)})
 
     def report_section(self) -> dict[str, Any]:
         return dict(self._report)
