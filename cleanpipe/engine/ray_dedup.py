@@ -192,6 +192,17 @@ class RayGrouping:
     def _put(self, table: pa.Table) -> None:
         self.refs.append(self.ray.put(table))
 
+    @staticmethod
+    def _decision_rows(members: Any, contam: Any, offsets: list[tuple[int, str]], *,
+                   exact: bool) -> Any:
+        """The stage's decisions as one Ray dataset: duplicates of a kept row, then copies of
+        a reference set (``exact`` picks exact_dedup's codes and details over minhash's)."""
+        return members.map_batches(member_decisions, fn_kwargs={"exact": exact},
+                                   batch_format="pyarrow").union(
+            contam.map_batches(contamination_decisions,
+                               fn_kwargs={"offsets": offsets, "exact": exact},
+                               batch_format="pyarrow"))
+
     def _report_rows(self, members: Any, contam: Any, report_clusters: int,
                      ) -> tuple[np.ndarray, np.ndarray, pa.Table, pa.Table]:
         """Sizes of all clusters, the labels of the largest (ties: smallest label), their
@@ -269,11 +280,7 @@ class RayExactDedup(RayGrouping):
         self._report(sizes, largest, contam.count(), [
             {"row": _name(r), "reference": reference_name(offsets, r["ref"]),
              "snippet": r["snippet"] or ""} for r in examples.to_pylist()])
-        return members.map_batches(member_decisions, fn_kwargs={"exact": True},
-                                   batch_format="pyarrow").union(
-            contam.map_batches(contamination_decisions,
-                               fn_kwargs={"offsets": offsets, "exact": True},
-                               batch_format="pyarrow"))
+        return self._decision_rows(members, contam, offsets, exact=True)
 
     def _report(self, sizes: np.ndarray, largest: list[dict[str, Any]], contaminated: int,
                 examples: list[dict[str, Any]]) -> None:
@@ -384,11 +391,7 @@ class RayMinHash(RayGrouping):
             offsets)
         stats["s_report"] = _lap()
         RUNS.append(stats)
-        return members.map_batches(member_decisions, fn_kwargs={"exact": False},
-                                   batch_format="pyarrow").union(
-            contam.map_batches(contamination_decisions,
-                               fn_kwargs={"offsets": offsets, "exact": False},
-                               batch_format="pyarrow"))
+        return self._decision_rows(members, contam, offsets, exact=False)
 
     def _report(self, sizes: np.ndarray, largest: list[dict[str, Any]], candidates: int,
                 contaminated: int, examples: list[dict[str, Any]],
