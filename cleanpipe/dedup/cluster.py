@@ -18,30 +18,37 @@ Keep = Literal["first", "last", "longest"]
 
 def candidate_pairs(keys: np.ndarray, valid: np.ndarray,
                     max_all_pairs: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """Unique ``(left < right)`` index pairs that share a key in at least one band."""
+    """Unique ``(left < right)`` index pairs that share a key in at least one band.
+
+    A near-duplicate pair usually shares most bands, so the bands' raw pairs repeat each
+    pair several times over; they are merged into the unique set band by band, so memory
+    holds the unique pairs and one band's raw pairs, never all bands' at once.
+
+        >>> keys = np.array([[1, 5], [1, 5], [2, 5], [3, 6]], dtype=np.uint64)
+        >>> left, right = candidate_pairs(keys, np.ones(4, dtype=bool))
+        >>> left.tolist(), right.tolist()
+        ([0, 0, 1], [1, 2, 2])
+    """
     n, bands = keys.shape
-    lefts, rights = [], []
+    width = np.int64(max(n, 1))
+    codes = np.zeros(0, np.int64)
     for j in range(bands):
         col = np.ascontiguousarray(keys[:, j])
         order = np.argsort(col, kind="stable")
         left, right = kernels.bucket_pairs(order, col[order], valid, max_all_pairs)
-        lefts.append(left)
-        rights.append(right)
-    return unique_pairs(np.concatenate(lefts) if lefts else np.zeros(0, np.int64),
-                        np.concatenate(rights) if rights else np.zeros(0, np.int64), n)
+        del col, order
+        band = _unique_sorted(left * width + right)
+        del left, right
+        codes = band if not codes.size else _unique_sorted(np.concatenate([codes, band]))
+    return codes // width, codes % width
 
 
-def unique_pairs(left: np.ndarray, right: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs deduplicated and sorted (each pair is found once per band it shares)."""
-    if left.size == 0:
-        return left.astype(np.int64), right.astype(np.int64)
-    code = left.astype(np.int64) * np.int64(max(n, 1)) + right.astype(np.int64)
+def _unique_sorted(code: np.ndarray) -> np.ndarray:
     # Sort-based unique: numpy's hash-based np.unique is slower on millions of int64.
     code.sort()
     keep = np.ones(code.size, dtype=bool)
     keep[1:] = code[1:] != code[:-1]
-    code = code[keep]
-    return code // max(n, 1), code % max(n, 1)
+    return code[keep]
 
 
 def components(n: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:

@@ -20,12 +20,15 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cleanpipe.io.row_bytes import row_bytes
 from cleanpipe.io.schemas import cast_batch, unify_schemas
 
 OUTPUT_FORMATS = ("parquet", "jsonl", "hf")
@@ -33,8 +36,66 @@ QUARANTINE_COLUMNS = ("_cleanpipe_row_id", "_cleanpipe_stage", "_cleanpipe_reaso
                       "_cleanpipe_details", "_cleanpipe_raw")
 
 
+#: a Parquet row group closes at this many rows ...
+GROUP_ROWS = 65_536
+#: ... or once its rows hold this many bytes (:func:`cleanpipe.io.row_bytes.row_bytes`)
+GROUP_BYTES = 32 << 20
+
+
 class OutputError(Exception):
     """The output location cannot be used (exists, not writable, disk full)."""
+
+
+class RowGroups:
+    """Rows waiting for their Parquet row group, which closes at ``rows`` rows or once it
+    holds ``max_bytes``, whichever comes first.
+
+    Both limits are applied row by row, so the groups (and so a file's bytes) depend on the
+    rows alone, not on the batch size or on how the input was chunked; and memory holds
+    about one group, which for long documents is far less than ``rows`` rows.
+
+        >>> groups = RowGroups(pa.schema([("t", pa.string())]), rows=3, max_bytes=20)
+        >>> groups.add(pa.table({"t": ["a", "b", "a long line of text", "c"]}))
+        >>> [g.num_rows for g in groups.full(final=False)], groups.rows
+        ([3], 1)
+        >>> [g.num_rows for g in groups.full(final=True)]
+        [1]
+    """
+
+    def __init__(self, schema: pa.Schema, rows: int = GROUP_ROWS,
+                 max_bytes: int = GROUP_BYTES) -> None:
+        self.schema = schema
+        self.max_rows = rows
+        self.max_bytes = max_bytes
+        self._tables: list[pa.Table] = []
+        self._sizes: list[np.ndarray] = []
+        self.rows = 0
+
+    def add(self, data: pa.Table | pa.RecordBatch) -> None:
+        table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+        if not table.schema.equals(self.schema):
+            table = table.cast(self.schema)
+        self._tables.append(table)
+        self._sizes.append(row_bytes(table))
+        self.rows += table.num_rows
+
+    def full(self, final: bool) -> Iterator[pa.Table]:
+        """The groups that are complete (and, when ``final``, the rest as the last one)."""
+        while self.rows:
+            sizes = np.concatenate(self._sizes)
+            # the row that reaches max_bytes closes its group
+            by_bytes = int(np.searchsorted(np.cumsum(sizes), self.max_bytes)) + 1
+            n = min(self.max_rows, by_bytes)
+            if n > self.rows:
+                if not final:
+                    return
+                n = self.rows
+            table = pa.concat_tables(self._tables)
+            rest = table.slice(n)
+            self._tables = [rest] if rest.num_rows else []
+            self._sizes = [sizes[n:]] if rest.num_rows else []
+            self.rows = rest.num_rows
+            yield table.slice(0, n)
 
 
 def _write_jsonl(table: pa.Table, path: Path) -> None:
@@ -55,7 +116,7 @@ class PartWriter:
 
     def __init__(self, directory: Path, prefix: str, fmt: str = "parquet",
                  rows_per_part: int = 1_000_000, compression: str = "zstd",
-                 row_group_rows: int = 65_536) -> None:
+                 row_group_rows: int = GROUP_ROWS, row_group_bytes: int = GROUP_BYTES) -> None:
         self.dir = directory
         self.prefix = prefix
         self.fmt = fmt
@@ -67,10 +128,8 @@ class PartWriter:
         self._rows = 0
         self.rows = 0
         self.row_group_rows = min(row_group_rows, rows_per_part)
-        # rows are written in row groups of a fixed size, so the bytes of a part do not
-        # depend on the batch size or on how the input was chunked
-        self._pending: list[pa.RecordBatch] = []
-        self._pending_rows = 0
+        self.row_group_bytes = row_group_bytes
+        self._pending: RowGroups | None = None
 
     def _part_path(self, i: int) -> Path:
         return self.dir / f".part-{i:05d}.parquet"
@@ -81,17 +140,13 @@ class PartWriter:
         self._writer = pq.ParquetWriter(path, schema, compression=self.compression)
         self._schema = schema
         self._rows = 0
+        self._pending = RowGroups(schema, self.row_group_rows, self.row_group_bytes)
         self.parts.append((path, schema, source))
 
     def _flush(self, final: bool) -> None:
-        assert self._writer is not None
-        while self._pending_rows >= self.row_group_rows or (final and self._pending_rows):
-            table = pa.Table.from_batches(self._pending, schema=self._schema)
-            n = min(self.row_group_rows, table.num_rows)
-            self._writer.write_table(table.slice(0, n), row_group_size=n)
-            rest = table.slice(n)
-            self._pending = rest.to_batches() if rest.num_rows else []
-            self._pending_rows = rest.num_rows
+        assert self._writer is not None and self._pending is not None
+        for group in self._pending.full(final):
+            self._writer.write_table(group, row_group_size=group.num_rows)
 
     def _close_current(self) -> None:
         if self._writer is not None:
@@ -120,8 +175,8 @@ class PartWriter:
             self.write(head, source)
             self.write(tail, source)
             return
-        self._pending.append(batch)
-        self._pending_rows += batch.num_rows
+        assert self._pending is not None
+        self._pending.add(batch)
         self._rows += batch.num_rows
         self.rows += batch.num_rows
         self._flush(final=False)
@@ -156,30 +211,21 @@ class PartWriter:
 
 
 class FixedGroupWriter:
-    """A Parquet file written in row groups of a fixed size, whatever the batches it is fed,
-    so its bytes depend on the rows alone (not on the batch size or the worker count)."""
+    """A Parquet file written in row groups that depend on the rows alone (see
+    :class:`RowGroups`), not on the batch size or the worker count."""
 
-    def __init__(self, path: Path, schema: pa.Schema, group_rows: int = 65_536,
-                 compression: str = "zstd") -> None:
+    def __init__(self, path: Path, schema: pa.Schema, group_rows: int = GROUP_ROWS,
+                 compression: str = "zstd", group_bytes: int = GROUP_BYTES) -> None:
         self._writer = pq.ParquetWriter(path, schema, compression=compression)
-        self._schema = schema
-        self._group = group_rows
-        self._pending: list[pa.Table] = []
-        self._rows = 0
+        self._pending = RowGroups(schema, group_rows, group_bytes)
 
     def write_table(self, table: pa.Table) -> None:
-        self._pending.append(table.cast(self._schema))
-        self._rows += table.num_rows
+        self._pending.add(table)
         self._flush(final=False)
 
     def _flush(self, final: bool) -> None:
-        while self._rows >= self._group or (final and self._rows):
-            t = pa.concat_tables(self._pending)
-            n = min(self._group, t.num_rows)
-            self._writer.write_table(t.slice(0, n).combine_chunks(), row_group_size=n)
-            rest = t.slice(n)
-            self._pending = [rest] if rest.num_rows else []
-            self._rows = rest.num_rows
+        for group in self._pending.full(final):
+            self._writer.write_table(group.combine_chunks(), row_group_size=group.num_rows)
 
     def close(self) -> None:
         self._flush(final=True)

@@ -180,6 +180,7 @@ class ExactDedup(DecidedFromTable, GlobalStage):
         labels = hashing.group_labels(hashes)
         rep = cluster.choose_kept(labels, book.lengths, self.keep)
         self._rep = rep
+        book.pin(rep[rep != np.arange(n)])
         self._contam = hashing.lookup(hashes, self._reference_hashes())
         self._report = self._build_report(labels, rep, n, int(hashes.nbytes))
         self._hashes = []
@@ -195,7 +196,7 @@ class ExactDedup(DecidedFromTable, GlobalStage):
         for members in cluster.largest_clusters(labels, rep, self.report_clusters):
             shown = members[:6]
             largest.append(cluster_entry(int(members.size), book.names(shown),
-                                         [book.snippet(k) for k in shown]))
+                                         book.snippets(shown)))
         contaminated = np.flatnonzero(self._contam >= 0)
         extra = book.nbytes()
         _, sizes = np.unique(labels, return_counts=True)

@@ -26,6 +26,7 @@ from cleanpipe.dedup.minhash import (
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts, shingle_modes
+from cleanpipe.engine.memory import release_free_memory
 from cleanpipe.stages._decided import DecidedFromTable
 from cleanpipe.stages.base import Action, BatchContext, GlobalStage
 
@@ -232,14 +233,14 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     def observe(self, prepared: _Sketch, seq: np.ndarray, batch: pa.RecordBatch,
                 ctx: BatchContext) -> None:
         if self._book is None:
-            self._book = RowBook(self.snippet_chars)
+            self._book = RowBook(self.snippet_chars, self.spill_dir)
             if self.external:
                 self._spill = external.KeySpill(self.spill_dir)
         start = self._book.n
         self._book.add(seq, prepared.lengths, prepared.snippets, ctx.row_ids)
         if self._spill is not None:
             self._spill.append(start, prepared.keys, prepared.valid)
-            prepared.keys = prepared.keys[:0]
+            prepared.keys = _emptied(prepared.keys)
         self._parts.append(prepared)
 
     def _reference_sketches(self) -> list[tuple[str, _Sketch]]:
@@ -275,14 +276,12 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         b, _r = self.band_rows()
         index_bytes = int(valid.nbytes + book.nbytes()["seq_and_length"])
         if self._spill is None:
-            keys = (np.concatenate([p.keys for p in parts]) if parts
-                    else np.zeros((0, b), dtype=np.uint64))
-            for p in parts:  # the copies above are all that is used from here on
-                p.keys = p.keys[:0]
+            keys = _gather(parts, "keys", np.zeros((0, b), dtype=np.uint64))
             index_bytes += int(keys[:n].nbytes)
             left, right = cluster.candidate_pairs(keys, valid, self.max_bucket_pairs)
             shared = kernels.shared_bands(keys, left, right)
             del keys
+            release_free_memory()
         else:
             pairs = external.candidate_pairs(self._spill.scan(), self.max_bucket_pairs)
             left, right = pairs["left"].to_numpy(), pairs["right"].to_numpy()
@@ -290,14 +289,13 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         candidates = int(left.size)
         sets = off = None
         if self.verify == "exact":
-            sets = (np.concatenate([p.sets for p in parts]) if parts
-                    else np.zeros(0, np.uint32))
             sizes = np.concatenate([np.diff(p.set_off) for p in parts]) if parts else \
                 np.zeros(0, np.int64)
             off = np.zeros(total + 1, dtype=np.int64)
             np.cumsum(sizes, out=off[1:])
-            for p in parts:  # the batches' sets now live in `sets`: do not hold them twice
-                p.sets = p.set_off = None
+            sets = _gather(parts, "sets", np.zeros(0, np.uint32))
+            for p in parts:
+                p.set_off = None
             # Pairs agreeing on most bands are far above the threshold (each band agrees
             # with probability J**rows): the shared rule skips their exact Jaccard.
             jac = bands.verified_jaccard(
@@ -317,6 +315,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             labels = cluster.components(n, tl, tr)
         rep = cluster.choose_kept(labels, book.lengths, self.keep)
         dup = np.flatnonzero(rep != np.arange(n))
+        book.pin(rep[dup])
         dup_j = np.full(n, np.nan, dtype=np.float32)
         if sets is not None and dup.size:
             dup_j[dup] = kernels.pair_jaccard(sets, off, dup, rep[dup])
@@ -358,7 +357,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             jac = (kernels.pair_jaccard(sets, off, np.full(shown.size, shown[0]), shown)
                    if sets is not None else np.full(shown.size, np.nan))
             largest.append(cluster_entry(int(members.size), book.names(shown),
-                                         [book.snippet(k) for k in shown], jac))
+                                         book.snippets(shown), jac))
         _, sizes = np.unique(labels, return_counts=True)
         contaminated = np.flatnonzero(self._contam >= 0)
         examples = [contamination_example(name, self._ref_name(int(self._contam[i])),
@@ -429,6 +428,45 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
 
     def report_section(self) -> dict[str, Any]:
         return dict(self._report)
+
+
+#: bytes of parts released between two trims of the C heap in :func:`_gather`
+_TRIM_BYTES = 32 << 20
+
+
+def _emptied(a: np.ndarray) -> np.ndarray:
+    """An empty array shaped like ``a`` that does not keep ``a``'s memory alive (a slice such
+    as ``a[:0]`` is a view, and a view holds its base).
+
+        >>> big = np.zeros((1000, 3)); e = _emptied(big); (e.shape, e.base is None)
+        ((0, 3), True)
+    """
+    return np.empty((0, *a.shape[1:]), a.dtype)
+
+
+def _gather(parts: list[_Sketch], name: str, empty: np.ndarray) -> np.ndarray:
+    """The parts' ``name`` arrays in one, each part's released as soon as it is copied, so
+    the index is never held twice (np.concatenate would need both copies at once)."""
+    arrays = [getattr(p, name) for p in parts]
+    if not arrays:
+        return empty
+    out = np.empty((sum(a.shape[0] for a in arrays), *arrays[0].shape[1:]), arrays[0].dtype)
+    del arrays
+    pos = freed = 0
+    for p in parts:
+        a = getattr(p, name)
+        out[pos:pos + a.shape[0]] = a
+        pos += a.shape[0]
+        freed += a.nbytes
+        setattr(p, name, _emptied(a))
+        del a
+        if freed >= _TRIM_BYTES:
+            # glibc keeps freed batch-sized blocks for reuse; without this the copy and
+            # the parts would both count against the process until the next trim
+            release_free_memory()
+            freed = 0
+    release_free_memory()
+    return out
 
 
 def cluster_entry(size: int, names: list[str], snippets: list[str],
