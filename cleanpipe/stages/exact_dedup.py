@@ -212,6 +212,8 @@ class ExactDedup(DecidedFromTable, GlobalStage):
             memory={
                 "index_bytes_per_row": round(
                     (hash_bytes + extra["seq_and_length"]) / max(n, 1), 1),
+                "decisions_bytes_per_row": round((rep.nbytes + self._contam.nbytes)
+                                                 / max(n, 1), 1),
                 "names_and_snippets_bytes_per_row": round(
                     (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
             })

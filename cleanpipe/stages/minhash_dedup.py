@@ -301,27 +301,36 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             jac = bands.verified_jaccard(
                 shared, b, _r, self.threshold, right < n,
                 lambda m: kernels.pair_jaccard(sets, off, left[m], right[m], self.threshold))
+            del shared
             ok = jac >= self.threshold
             left, right, jac = left[ok], right[ok], jac[ok]
+            del ok
         else:
             jac = np.full(left.size, np.nan)
         train = right < n
-        tl, tr = left[train], right[train]
+        # without reference sets every pair is a training pair: no copies
+        tl, tr = (left, right) if train.all() else (left[train], right[train])
+        del train
         if self._spill is not None:
             import polars as pl
 
             labels = external.components(n, pl.DataFrame({"left": tl, "right": tr}))
         else:
             labels = cluster.components(n, tl, tr)
+        del tl, tr
         rep = cluster.choose_kept(labels, book.lengths, self.keep)
         dup = np.flatnonzero(rep != np.arange(n))
-        book.pin(rep[dup])
         dup_j = np.full(n, np.nan, dtype=np.float32)
         if sets is not None and dup.size:
             dup_j[dup] = kernels.pair_jaccard(sets, off, dup, rep[dup])
         # Contamination: for each training row, its most similar reference row.
         cross = (left < n) & (right >= n)
         cl, cr, cj = left[cross], right[cross], jac[cross]
+        # the pairs are done with: all that follows is per row
+        left = right = np.zeros(0, np.int64)
+        jac = np.zeros(0)
+        del cross
+        release_free_memory()
         contam = np.full(n, -1, dtype=np.int64)
         contam_j = np.full(n, np.nan, dtype=np.float32)
         if cl.size:
@@ -333,6 +342,8 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             contam_j[cl[first]] = cj[first]
         self._rep, self._dup_j, self._contam, self._contam_j = rep, dup_j, contam, contam_j
         self._ref_offsets = ref_offsets
+        book.pin(rep[dup])
+        del dup
         self._report = self._build_report(labels, rep, sets, off, n, candidates, index_bytes,
                                           sum(p.shingles for p in parts[:len(self._parts)]),
                                           valid[:n])
@@ -366,9 +377,12 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
                                        strict=True)]
         extra = book.nbytes()
         store = int(sets.nbytes + off.nbytes) if sets is not None else 0
+        assert self._rep is not None and self._dup_j is not None
+        decided = sum(a.nbytes for a in (self._rep, self._dup_j, self._contam, self._contam_j))
         memory = {
             "index_bytes_per_row": round(index_bytes / max(n, 1), 1),
             "verify_store_bytes_per_row": round(store / max(n, 1), 1),
+            "decisions_bytes_per_row": round(decided / max(n, 1), 1),
             "names_and_snippets_bytes_per_row": round(
                 (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
         }
