@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -159,6 +160,28 @@ def test_workers_and_batch_size_do_not_change_output(corpus: Path, tmp_path: Pat
         outs.append(((out / "data" / "train-00000-of-00001.parquet").read_bytes(),
                      pq.read_table(out / "quarantine").to_pylist(), r["totals"]))
     assert outs[0] == outs[1] == outs[2]
+
+
+class Sleepy(TextStage):
+    """Changes nothing, slowly: a stand-in for an expensive stage upstream of a global one."""
+
+    name = "_test_sleepy"
+    codes = {}
+
+    def transform(self, texts: pa.Array) -> TextResult:
+        time.sleep(0.15)
+        return TextResult(texts, Findings(self.name))
+
+
+def test_global_stage_seconds_exclude_upstream_stages(corpus: Path) -> None:
+    # In one process the global stage's first pass pulls every batch through the stages
+    # before it; their time must not be booked to it (the profile benchmark ranks stages
+    # by these seconds).
+    report = Pipeline(stages=[Sleepy(), OddSeq()], fields=["text"], batch_size=1).run(
+        corpus, workers=1)
+    seconds = {s["name"]: s["seconds"] for s in report["stages"]}
+    assert seconds["_test_sleepy"] >= 0.15 * 5
+    assert seconds["_test_dedupish"] < seconds["_test_sleepy"] / 4
 
 
 def test_generator_form(corpus: Path) -> None:

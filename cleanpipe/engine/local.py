@@ -162,7 +162,10 @@ def _segment_task(args: tuple[int, Rows]) -> TaskResult:
     if seg.closing is not None and rows.num_rows:
         g = _stage(seg.closing)
         assert isinstance(g, GlobalStage)
+        t = time.perf_counter()
         prepared = g.prepare(rows.data, BatchContext(rows.data, fields, rows.row_ids))
+        # the stage's own time: the wait for this batch's upstream stages is theirs
+        stats.append((seg.closing, StageBatchStats(seconds=time.perf_counter() - t)))
     hist_after = None
     _W["tasks"] = _W.get("tasks", 0) + 1
     if _W["tasks"] % _TRIM_EVERY == 0:
@@ -418,19 +421,22 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
             assert isinstance(g, GlobalStage)
             g.setup()
             spill = Spill(Path(spill_dir))
-            t0 = time.perf_counter()
+            own = 0.0  # observe and finalize; prepare's time comes with each batch's stats
             for n_res, res in enumerate(results, 1):
                 if n_res % _TRIM_EVERY == 0:
                     release_free_memory()
                 _merge(res, state, take_stats, on_quarantine, sinks.events)
                 if res.rows.num_rows:
                     ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
+                    t0 = time.perf_counter()
                     g.observe(res.prepared, res.rows.seq, res.rows.data, ctx)
+                    own += time.perf_counter() - t0
                     spill.write(res.rows)
             spill.finish()
+            t0 = time.perf_counter()
             g.finalize()
             release_free_memory()  # finalize's temporaries: often the largest of the run
-            state.stage_stats[seg.closing].seconds += time.perf_counter() - t0
+            state.stage_stats[seg.closing].seconds += own + time.perf_counter() - t0
             progress.note(f"{g.name}: second pass")
             stream = _decided(g, seg.closing, spill, state, take_stats, on_quarantine,
                               flag_codes)
