@@ -42,3 +42,33 @@ def test_one_worker_runs_in_this_process_and_initialises_once():
         assert [r[2] for r in pool.map(_read, range(3))] == [os.getpid()] * 3
         _STATE["init"] = ["kept"]
         assert next(iter(pool.map(_read, [0])))[1] == ["kept"]
+
+
+def test_progress_bar_starts_no_thread() -> None:
+    # A second thread would make the engine start workers from a fork server (more memory).
+    import io
+    import threading
+
+    from tqdm import tqdm
+
+    from cleanpipe.engine.progress import Progress
+    from cleanpipe.engine.worker_start import can_fork_here
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    before = threading.active_count()
+    prog = Progress(stream=Terminal())
+    prog.set_total_bytes(10 << 30)
+    prog.advance_bytes(1 << 20)
+    prog.advance_rows(100)
+    try:
+        assert threading.active_count() == before
+        assert can_fork_here() == (before == 1 and "fork" in __import__(
+            "multiprocessing").get_all_start_methods())
+        assert prog._bar is not None and tqdm.monitor_interval != 0  # tqdm itself untouched
+    finally:
+        prog.close()
+        if tqdm.monitor is not None:
+            tqdm.monitor.exit()
