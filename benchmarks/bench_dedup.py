@@ -206,8 +206,10 @@ def main() -> None:
               f"**{mem['index_bytes_per_row']} bytes per document**",
               f"- exact-verification store (sorted shingle hashes): "
               f"{mem['verify_store_bytes_per_row']} bytes per document (verify: exact only)",
+              f"- per-row decisions kept for the second pass: "
+              f"{mem.get('decisions_bytes_per_row', 0)} bytes per document",
               f"- row ids and report snippets: {mem['names_and_snippets_bytes_per_row']} bytes "
-              "per document",
+              "per document, in a temporary file (not in memory)",
               f"- clusters: {rep['clusters']:,}, candidate pairs: {rep['candidate_pairs']:,}",
               ""]
     text = "\n".join(lines)
