@@ -35,7 +35,10 @@ test-slow: $(FULL)
 lint: $(FULL)
 	$(VENV)/bin/ruff check cleanpipe tests benchmarks
 
+# the peer tools (datatrove, data-juicer) get virtual environments of their own, made by
+# benchmarks/peers/setup_peers.py; only rensa, a plain library, goes into .venv
 bench: $(FULL)
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run_all.py
 
 clean:
