@@ -69,6 +69,7 @@ class RowGroups:
         self.max_bytes = max_bytes
         self._tables: list[pa.Table] = []
         self._sizes: list[np.ndarray] = []
+        self._bytes = 0
         self.rows = 0
 
     def add(self, data: pa.Table | pa.RecordBatch) -> None:
@@ -76,12 +77,16 @@ class RowGroups:
         if not table.schema.equals(self.schema):
             table = table.cast(self.schema)
         self._tables.append(table)
-        self._sizes.append(row_bytes(table))
+        sizes = row_bytes(table)
+        self._sizes.append(sizes)
+        self._bytes += int(sizes.sum())
         self.rows += table.num_rows
 
     def full(self, final: bool) -> Iterator[pa.Table]:
         """The groups that are complete (and, when ``final``, the rest as the last one)."""
         while self.rows:
+            if not final and self.rows < self.max_rows and self._bytes < self.max_bytes:
+                return  # no group can be complete yet: skip the row-by-row search
             sizes = np.concatenate(self._sizes)
             # the row that reaches max_bytes closes its group
             by_bytes = int(np.searchsorted(np.cumsum(sizes), self.max_bytes)) + 1
@@ -94,6 +99,7 @@ class RowGroups:
             rest = table.slice(n)
             self._tables = [rest] if rest.num_rows else []
             self._sizes = [sizes[n:]] if rest.num_rows else []
+            self._bytes = int(sizes[n:].sum())
             self.rows = rest.num_rows
             yield table.slice(0, n)
 
