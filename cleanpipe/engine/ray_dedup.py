@@ -412,7 +412,8 @@ class RayMinHash(RayGrouping):
             memory={"index_bytes_per_row": round(self.bytes["index"] / n, 1),
                     "verify_store_bytes_per_row": round(self.bytes["sets"] / n, 1),
                     "names_and_snippets_bytes_per_row": round(self.bytes["names"] / n, 1),
-                    "where": "Ray object store (sketch rows), not the driver"})
+                    "where": "Ray object store (sketch rows), not the driver"},
+            by_parts=bool(self.by_parts))
         # decide() gets its rows' decisions with each chunk: no per-row state to ship
         g._book = None
         g._parts = []

@@ -491,15 +491,16 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             candidates=candidates, cluster_sizes=sizes[sizes >= 2],
             duplicates=int((rep != np.arange(n)).sum()), largest=largest,
             contaminated=int(contaminated.size), contamination_examples=examples,
-            memory=memory)
+            memory=memory, by_parts=bool(self._compared))
 
     def section(self, *, rows: int, without_shingles: int, shingles: int, candidates: int,
                 cluster_sizes: np.ndarray, duplicates: int, largest: list[dict[str, Any]],
                 contaminated: int, contamination_examples: list[dict[str, Any]],
-                memory: dict[str, Any]) -> dict[str, Any]:
+                memory: dict[str, Any], by_parts: bool) -> dict[str, Any]:
         """The report section from its parts: one layout whichever engine clustered.
 
-        ``cluster_sizes`` holds the size of every cluster of two or more rows.
+        ``cluster_sizes`` holds the size of every cluster of two or more rows; ``by_parts``
+        says whether prompt and response were compared separately.
         """
         b, r = self.band_rows()
         return {
@@ -515,8 +516,8 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             "largest_clusters": largest,
             "jaccard": ("not verified" if self.verify != "exact" else
                         "exact shingle-set Jaccard, the smaller of prompt and response"
-                        if self._compared else "exact shingle-set Jaccard"),
-            "compared": "prompt and response" if self._compared else "joined fields",
+                        if by_parts else "exact shingle-set Jaccard"),
+            "compared": "prompt and response" if by_parts else "joined fields",
             "contamination": {"rows": int(contaminated), "examples": contamination_examples},
             "memory": memory,
         }
