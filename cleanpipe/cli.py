@@ -163,20 +163,43 @@ def describe_stages() -> str:
         if codes:
             out.append(f"    codes: {codes}")
         for fname, f in cls.model_fields.items():
-            default = f.default if f.default_factory is None else f.default_factory()
-            ann = _type_name(f.annotation)
+            if f.is_required():
+                default = " (required)"
+            else:
+                value = f.default if f.default_factory is None else f.default_factory()
+                default = f" = {value!r}"
             desc = " — " + " ".join(f.description.split()) if f.description else ""
-            out.append(f"    {fname}: {ann} = {default!r}{desc}")
+            out.append(f"    {fname}: {_type_name(f.annotation)}{default}{desc}")
     return "\n".join(out)
 
 
 def _type_name(t: Any) -> str:
+    """A parameter's type as a user writes it: validators and other metadata left out.
+
+        >>> from typing import Annotated, Literal
+        >>> from pydantic import AfterValidator
+        >>> _type_name(dict[str, Annotated[str, AfterValidator(str.strip)]])
+        'dict[str, str]'
+        >>> _type_name(Literal["a", "b"] | None)
+        "'a' | 'b' | None"
+    """
+    import types
     import typing
 
-    if typing.get_origin(t) is typing.Literal:
-        return " | ".join(repr(a) for a in typing.get_args(t))
-    if isinstance(t, type) and not typing.get_args(t):
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if t is type(None):
+        return "None"
+    if isinstance(t, type) and not args:
         return t.__name__
+    if origin is not None and args:
+        name = getattr(origin, "__name__", str(origin).replace("typing.", ""))
+        return f"{name}[{', '.join(_type_name(a) for a in args)}]"
     return str(t).replace("typing.", "").replace("cleanpipe.stages.base.", "")
 
 
