@@ -199,17 +199,23 @@ def _copied(v: np.ndarray, p: int, pe: int, q: int, qe: int, at_least: float) ->
 def _sentences_covered(v: np.ndarray, a: int, b: int, at_least: float) -> bool:
     """Every prompt sentence of record ``a`` has a near copy among record ``b``'s."""
     na_s, nb_s = v[a + 2], v[b + 2]
+    if na_s and not nb_s:
+        return False
+    starts = np.empty(nb_s + 1, dtype=np.int64)
+    starts[0] = b + HEADER + nb_s + v[b] + v[b + 1]
+    for y in range(nb_s):
+        starts[y + 1] = starts[y] + v[b + HEADER + y]
     pa_ = a + HEADER + na_s + v[a] + v[a + 1]
+    nxt = 0  # copies keep their order: look after the previous match first
     for x in range(na_s):
         xs = v[a + HEADER + x]
-        pb = b + HEADER + nb_s + v[b] + v[b + 1]
         found = False
-        for y in range(nb_s):
-            ys = v[b + HEADER + y]
-            if _copied(v, pa_, pa_ + xs, pb, pb + ys, at_least):
+        for k in range(nb_s):
+            y = (nxt + k) % nb_s
+            if _copied(v, pa_, pa_ + xs, starts[y], starts[y + 1], at_least):
                 found = True
+                nxt = y + 1
                 break
-            pb += ys
         if not found:
             return False
         pa_ += xs
