@@ -166,7 +166,7 @@ def difference_windows(kept: str, dropped: str, width: int) -> list[dict[str, An
     before the first difference (``at``: its character offset in the part).
 
         >>> difference_windows("Passage. Who won?\x1eAnn", "Passage. Who lost?\x1eAnn", 12)
-        [{'part': 'prompt', 'at': 13, 'kept': '…ho won?', 'dropped': '…ho lost?'}]
+        [{'part': 'prompt', 'kept': '…ho won?', 'dropped': '…ho lost?', 'at': 13}]
     """
     if width <= 0:
         return []
@@ -185,5 +185,5 @@ def difference_windows(kept: str, dropped: str, width: int) -> list[dict[str, An
         def window(t: str, start: int = start) -> str:
             return ("…" if start else "") + t[start:start + width] + (
                 "…" if start + width < len(t) else "")
-        out.append({"part": name, "at": at, "kept": window(x), "dropped": window(y)})
+        out.append({"part": name, "kept": window(x), "dropped": window(y), "at": at})
     return out

@@ -597,9 +597,11 @@ def cluster_entry(size: int, names: list[str], texts: list[str], jaccard: np.nda
         "representative": names[0],
         "representative_snippet": snippet_of(texts[0], snippet_chars),
         "members": [
-            {"row": names[k], "snippet": snippet_of(texts[k], snippet_chars),
+            # differences before the snippet: renderers that cut long rows keep them
+            {"row": names[k],
              "jaccard": None if np.isnan(jaccard[k]) else round(float(jaccard[k]), 4),
-             "differences": difference_windows(texts[0], texts[k], snippet_chars)}
+             "differences": difference_windows(texts[0], texts[k], snippet_chars),
+             "snippet": snippet_of(texts[k], snippet_chars)}
             for k in range(1, len(names))
         ],
     }
