@@ -101,7 +101,7 @@ def test_chat_user_turns_against_user_turns_assistant_against_assistant() -> Non
     long_answer = " ".join(f"step{i} of the recipe" for i in range(40))
     table = pa.table({"messages": [
         chat("How do I bake bread at home with a simple oven?", long_answer),
-        chat("How do I bake a cake at home with a simple oven?", long_answer),  # other ask
+        chat("Which flour keeps a sourdough starter alive longest?", long_answer),  # other
         chat("How do I bake bread at home with a simple oven?", long_answer + " Enjoy."),
     ]})
     fields = ["messages[*].role", "messages[*].content"]

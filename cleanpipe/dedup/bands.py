@@ -220,9 +220,9 @@ def verified_jaccard(shared: np.ndarray | None, bands: int, rows: int, threshold
 def similarity(values: np.ndarray, off: np.ndarray, left: np.ndarray, right: np.ndarray,
                at_least: float = 0.0, parts: bool = False) -> np.ndarray:
     """Jaccard of each ``(left, right)`` pair of verification records: of their shingle
-    sets, or with ``parts`` the smaller of the prompt's and the response's
-    (:func:`cleanpipe.dedup.part_kernels.pair_similarity`, which also applies the sentence
-    test). With ``at_least`` > 0, -1 marks a pair that is no near duplicate at it."""
+    sets, or with ``parts`` of their responses
+    (:func:`cleanpipe.dedup.part_kernels.pair_similarity`, which also applies the prompts'
+    sentence test). With ``at_least`` > 0, -1 marks a pair that is no near duplicate at it."""
     if parts:
         return part_kernels.pair_similarity(values, off, left, right, at_least)
     return kernels.pair_jaccard(values, off, left, right, at_least)

@@ -3,19 +3,22 @@
 Each row's verification record is one flat uint32 slice (so every store, Arrow column and
 shuffle that carries a joined shingle set carries it unchanged)::
 
-    [n_prompt, n_response, n_sentences, size of each sentence...,
-     prompt shingle set, response shingle set, each sentence's word set]
+    [n_response, n_sentences, size of each sentence...,
+     response shingle set, each prompt sentence's word set]
 
-Shingle sets are sorted and unique, as in joined mode. A *sentence* is a span of the
+The shingle set is sorted and unique, as in joined mode. A *sentence* is a span of the
 normalised prompt ending at ``. ? ! ; :`` before a space (anywhere in character-shingled
 rows), at ``。``, or at a closing double quote (before a space); its word set is the
 sorted unique XXH32 of its words (code points in character-shingled rows).
 
-Two records are near duplicates when the prompt sets and the response sets each reach the
-threshold (two empty parts count as equal, an empty and a non-empty one as different) and
-every prompt sentence of each has a near copy in the other: one whose word Jaccard reaches
-the threshold; one as long with at most two words replaced (from :data:`EDITED_SENTENCE`
-words); or one that holds at least the threshold's share of its words and adds a
+Two records are near duplicates when the response shingle sets reach the threshold (two
+empty responses count as equal, an empty and a non-empty one as different) and every
+prompt sentence of each has a near copy in the other (no prompt sentences on both sides
+counts as equal). Prompts are compared by sentence rather than by 5-word shingles because
+prompts are often one short instruction, where one edited word leaves no shingle in
+common. A sentence's near copy is one whose word Jaccard reaches the threshold; one as
+long with one word replaced (from 4 words) or two (from :data:`EDITED_SENTENCE` words); or
+one that holds at least the threshold's share of its words and adds a
 sentence's worth (:data:`MERGED` words) to them: an edit that deletes a full stop merges
 two sentences. The sentence test is what tells a different question about the same long
 passage (one sentence with no counterpart) from a copy with a few words edited (every
@@ -30,11 +33,11 @@ from numba import njit
 
 from cleanpipe.dedup.kernels import MODE_WORD, xxh32
 
-HEADER = 3
+HEADER = 2
 #: words of a sentence, and of what a longer one adds to it, from which the longer one
 #: counts as the sentence merged with another (its full stop edited away)
 MERGED = 6
-#: words from which a sentence with two words replaced counts as copied
+#: words from which a sentence with two words replaced counts as copied (one word: half)
 EDITED_SENTENCE = 8
 
 
@@ -102,34 +105,26 @@ def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
 
 
 @njit(cache=True)
-def pack(p_sets: np.ndarray, p_off: np.ndarray, r_sets: np.ndarray, r_off: np.ndarray,
-         s_vals: np.ndarray, s_sizes: np.ndarray, s_doc_off: np.ndarray,
-         ) -> tuple[np.ndarray, np.ndarray]:
+def pack(r_sets: np.ndarray, r_off: np.ndarray, s_vals: np.ndarray, s_sizes: np.ndarray,
+         s_doc_off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's verification record (module docstring), flat, with its offsets."""
-    n = p_off.size - 1
+    n = r_off.size - 1
     off = np.zeros(n + 1, dtype=np.int64)
     for d in range(n):
         ns = s_doc_off[d + 1] - s_doc_off[d]
         words = 0
         for k in range(s_doc_off[d], s_doc_off[d + 1]):
             words += s_sizes[k]
-        off[d + 1] = (off[d] + HEADER + ns + (p_off[d + 1] - p_off[d])
-                      + (r_off[d + 1] - r_off[d]) + words)
+        off[d + 1] = off[d] + HEADER + ns + (r_off[d + 1] - r_off[d]) + words
     out = np.empty(off[n], dtype=np.uint32)
     sv = 0
     for d in range(n):
         o = off[d]
-        np_, nr = p_off[d + 1] - p_off[d], r_off[d + 1] - r_off[d]
-        ns = s_doc_off[d + 1] - s_doc_off[d]
-        out[o] = np_
-        out[o + 1] = nr
-        out[o + 2] = ns
+        out[o] = r_off[d + 1] - r_off[d]
+        out[o + 1] = s_doc_off[d + 1] - s_doc_off[d]
         o += HEADER
         for k in range(s_doc_off[d], s_doc_off[d + 1]):
             out[o] = s_sizes[k]
-            o += 1
-        for t in range(p_off[d], p_off[d + 1]):
-            out[o] = p_sets[t]
             o += 1
         for t in range(r_off[d], r_off[d + 1]):
             out[o] = r_sets[t]
@@ -185,12 +180,12 @@ def _copied(v: np.ndarray, p: int, pe: int, q: int, qe: int, at_least: float) ->
     na, nb = pe - p, qe - q
     small, big = min(na, nb), max(na, nb)
     if big - small < MERGED and _bound(na, nb) < at_least and not (
-            na == nb and na >= EDITED_SENTENCE):
+            na == nb and na >= EDITED_SENTENCE // 2):
         return False
     inter = _common(v, p, pe, q, qe)
     if small >= MERGED and big - inter >= MERGED and inter >= at_least * small:
         return True
-    if na == nb and na >= EDITED_SENTENCE and na - inter <= 2:
+    if na == nb and na - inter <= (na >= EDITED_SENTENCE) + (na >= EDITED_SENTENCE // 2):
         return True
     return inter >= at_least * (na + nb - inter)
 
@@ -198,14 +193,14 @@ def _copied(v: np.ndarray, p: int, pe: int, q: int, qe: int, at_least: float) ->
 @njit(cache=True)
 def _sentences_covered(v: np.ndarray, a: int, b: int, at_least: float) -> bool:
     """Every prompt sentence of record ``a`` has a near copy among record ``b``'s."""
-    na_s, nb_s = v[a + 2], v[b + 2]
+    na_s, nb_s = v[a + 1], v[b + 1]
     if na_s and not nb_s:
         return False
     starts = np.empty(nb_s + 1, dtype=np.int64)
-    starts[0] = b + HEADER + nb_s + v[b] + v[b + 1]
+    starts[0] = b + HEADER + nb_s + v[b]
     for y in range(nb_s):
         starts[y + 1] = starts[y] + v[b + HEADER + y]
-    pa_ = a + HEADER + na_s + v[a] + v[a + 1]
+    pa_ = a + HEADER + na_s + v[a]
     nxt = 0  # copies keep their order: look after the previous match first
     for x in range(na_s):
         xs = v[a + HEADER + x]
@@ -225,34 +220,23 @@ def _sentences_covered(v: np.ndarray, a: int, b: int, at_least: float) -> bool:
 @njit(cache=True)
 def pair_similarity(values: np.ndarray, off: np.ndarray, left: np.ndarray,
                     right: np.ndarray, at_least: float) -> np.ndarray:
-    """The smaller of the prompt and the response Jaccard of each record pair.
+    """The response Jaccard of each record pair.
 
-    With ``at_least`` > 0, a pair below it on either part, or failing the sentence test at
-    it, gets -1 (not a near duplicate); sizes alone rule most pairs out.
+    With ``at_least`` > 0, a pair whose responses stay below it, or whose prompts fail the
+    sentence test at it, gets -1 (not a near duplicate); sizes alone rule many pairs out.
     """
     out = np.empty(left.size, dtype=np.float64)
     for t in range(left.size):
         a, b = off[left[t]], off[right[t]]
-        pa_, pb = a + HEADER + values[a + 2], b + HEADER + values[b + 2]
-        np_a, np_b, nr_a, nr_b = values[a], values[b], values[a + 1], values[b + 1]
-        if at_least > 0.0 and (_bound(np_a, np_b) < at_least - 1e-9
-                               or _bound(nr_a, nr_b) < at_least - 1e-9):
+        ra, rb = a + HEADER + values[a + 1], b + HEADER + values[b + 1]
+        nr_a, nr_b = values[a], values[b]
+        if at_least > 0.0 and _bound(nr_a, nr_b) < at_least - 1e-9:
             out[t] = -1.0
             continue
-        jp = _jaccard(values, pa_, pa_ + np_a, pb, pb + np_b)
-        jr = _jaccard(values, pa_ + np_a, pa_ + np_a + nr_a, pb + np_b, pb + np_b + nr_b)
-        sim = min(jp, jr)
-        if at_least > 0.0 and (sim < at_least
+        jr = _jaccard(values, ra, ra + nr_a, rb, rb + nr_b)
+        if at_least > 0.0 and (jr < at_least
                                or not _sentences_covered(values, a, b, at_least)
                                or not _sentences_covered(values, b, a, at_least)):
-            sim = -1.0
-        out[t] = sim
+            jr = -1.0
+        out[t] = jr
     return out
-
-
-def union_sizes(values: np.ndarray, off: np.ndarray) -> np.ndarray:
-    """Prompt plus response shingles of each record (rows with none are not compared)."""
-    starts = off[:-1]
-    if not starts.size:
-        return np.zeros(0, np.int64)
-    return values[starts].astype(np.int64) + values[starts + 1].astype(np.int64)

@@ -70,11 +70,12 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     Records with a prompt and a response (``parts: auto`` finds alpaca
     instruction/input/output, prompt/completion, question/answer and chat turns by role;
     or give ``prompt_fields`` and ``response_fields``) are near duplicates only when the
-    prompts and the responses each reach ``threshold``, and every sentence of one prompt
-    has a near copy in the other: rows sharing a long passage but asking a different
-    question, or giving a different answer, are different examples and are kept. Candidates
-    still come from one signature per row (of both parts' shingles). ``parts: joined``
-    compares the fields' joined text, with datasketch-compatible signatures.
+    responses reach ``threshold`` and every sentence of each prompt has a near copy in the
+    other (word Jaccard at ``threshold``, or a word or two replaced): rows sharing a long
+    passage but asking a different question, or giving a different answer, are different
+    examples and are kept (:mod:`cleanpipe.dedup.part_kernels`). Candidates still come from
+    one signature per row (of both parts' shingles). ``parts: joined`` compares the fields'
+    joined text, with datasketch-compatible signatures.
 
         >>> stage = MinHashDedup(fields=["text"], threshold=0.7)
         >>> rows = {"text": ["the quick brown fox jumps over the lazy dog near the river bank",
@@ -259,6 +260,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         (p_sh, p_modes, p_norm), (r_sh, _, _) = (self._shingles(t) for t in raw)
         p_sets, p_off = kernels.sorted_unique_segments(p_sh.hashes, p_sh.doc_off)
         r_sets, r_off = kernels.sorted_unique_segments(r_sh.hashes, r_sh.doc_off)
+        # the prompt's shingles only find candidates: prompts are verified by sentence
         # the signature of the union of two sets is the minimum of their signatures
         sig = np.minimum(signatures(Shingled(p_sets, p_off), self.num_perm, self.seed,
                                     self.scheme),
@@ -267,8 +269,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         data, offsets = buffers(p_norm)
         s_vals, s_sizes, s_off = part_kernels.sentence_sets(
             data, offsets, p_modes.astype(np.int8), np.uint64(self.hash_seed))
-        sets, set_off = part_kernels.pack(p_sets, p_off, r_sets, r_off, s_vals, s_sizes,
-                                          s_off)
+        sets, set_off = part_kernels.pack(r_sets, r_off, s_vals, s_sizes, s_off)
         lengths, texts = lengths_and_texts(raw, self.snippet_chars)
         return _Sketch(kernels.band_keys(sig, *self.band_rows()),
                        (p_sh.counts + r_sh.counts) > 0, sets, set_off, lengths, texts,
@@ -348,9 +349,8 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
 
     def similarity(self, values: np.ndarray, off: np.ndarray, left: np.ndarray,
                    right: np.ndarray, at_least: float = 0.0) -> np.ndarray:
-        """Jaccard of each ``(left, right)`` pair of verification records (with parts: the
-        smaller of the parts'), -1 where ``at_least`` > 0 and the pair is no near
-        duplicate."""
+        """Jaccard of each ``(left, right)`` pair of verification records (with parts: of
+        the responses), -1 where ``at_least`` > 0 and the pair is no near duplicate."""
         return bands.similarity(values, off, left, right, at_least, bool(self._compared))
 
     def finalize(self) -> None:
@@ -396,7 +396,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
                 p.set_off = None
             # Pairs agreeing on most bands are far above the threshold (each band agrees
             # with probability J**rows): the shared rule skips their exact Jaccard.
-            # with parts the band estimate is of both parts together: check each exactly
+            # with parts the band estimate is of both parts together: check them exactly
             jac = bands.verified_jaccard(
                 None if self._compared else shared, b, _r, self.threshold, right < n,
                 lambda m: self.similarity(sets, off, left[m], right[m], self.threshold))
@@ -515,7 +515,8 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             "cluster_sizes": cluster.sizes_histogram(cluster_sizes),
             "largest_clusters": largest,
             "jaccard": ("not verified" if self.verify != "exact" else
-                        "exact shingle-set Jaccard, the smaller of prompt and response"
+                        "exact shingle-set Jaccard of the responses (prompts: every"
+                        " sentence has a near copy)"
                         if by_parts else "exact shingle-set Jaccard"),
             "compared": "prompt and response" if by_parts else "joined fields",
             "contamination": {"rows": int(contaminated), "examples": contamination_examples},
