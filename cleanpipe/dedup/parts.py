@@ -147,20 +147,6 @@ def part_texts(parts: Parts, ctx: BatchContext, sep: str = "\n") -> list[pa.Arra
     return out
 
 
-def describe(parts: Parts | None) -> dict[str, list[str]] | str:
-    """The parts as the report names them."""
-    if parts is None:
-        return "joined"
-
-    def name(s: Source) -> str:
-        if s.role_field is None:
-            return s.field
-        side = "assistant" if s.assistant else "non-assistant"
-        return f"{s.field} ({side} turns)"
-    return {"prompt": [name(s) for s in parts.prompt],
-            "response": [name(s) for s in parts.response]}
-
-
 def difference_windows(kept: str, dropped: str, width: int) -> list[dict[str, Any]]:
     r"""Per part where two report texts differ, ``width`` characters of each from just
     before the first difference (``at``: its character offset in the part).
