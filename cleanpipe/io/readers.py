@@ -34,7 +34,13 @@ import pyarrow.parquet as pq
 from cleanpipe.io.empty_objects import without_empty_objects
 from cleanpipe.io.filesystems import is_local, read_bytes, reason
 from cleanpipe.io.sources import InputError, Shard, resolve_sources
-from cleanpipe.io.type_clashes import first_clashes, first_out_of_range, json_kind
+from cleanpipe.io.type_clashes import (
+    first_clashes,
+    first_out_of_range,
+    float_paths,
+    json_kind,
+    parse_float,
+)
 
 
 @dataclass
@@ -321,6 +327,9 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
         return
     if not bad_bytes.size:
         table = _fast_json(data)
+        if table is not None and _LONG_INT_BYTES.search(data) and _any_type(
+                table.schema, pa.types.is_floating):
+            table = None  # a long integer may have been rounded to a float: check each
         if table is not None:
             n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
             if table.num_rows == n_lines:
@@ -338,7 +347,7 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
     records: list[Any] = []
     raws: list[str] = []
     good: list[int] = []
-    decoder = json.JSONDecoder()
+    decoder = _decoder(data)
     for s, e, num, off in zip(starts.tolist(), ends.tolist(), numbers.tolist(),
                               first_bad.tolist(), strict=True):
         line = data[s:e]
@@ -375,7 +384,8 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
         records.append(rec)
         raws.append(text)
         good.append(num)
-    table, records_bad = _table_from_records(shard, records, good, opts, raws)
+    table, records_bad = _table_from_records(shard, records, good, opts, raws,
+                                             bool(_SUSPECT_BYTES.search(data)))
     bad = sorted(bad + records_bad, key=lambda b: b.line)
     yield from _batches(table, np.asarray(good, dtype=np.int64), shard, bad, opts.batch_size,
                         len(raw))
@@ -388,38 +398,52 @@ _CONVERT_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedErr
 
 
 def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
-                        opts: ReadOptions, raws: list[str] | None = None
-                        ) -> tuple[pa.Table, list[BadRecord]]:
+                        opts: ReadOptions, raws: list[str] | None = None,
+                        suspect: bool = False) -> tuple[pa.Table, list[BadRecord]]:
     """A table of ``records``; the records that cannot share it become bad records.
 
     A record whose value at some path has another JSON type than most values there (a
-    number where text is expected, an object where a list is) is a ``type_mismatch``; see
-    :mod:`cleanpipe.io.type_clashes`. One odd record costs that record, not the file.
-    ``numbers`` is updated in place to the records kept.
+    number where text is expected, an object where a list is, a boolean among numbers) is a
+    ``type_mismatch``; a number that cannot be stored as written is a
+    ``number_out_of_range``; see :mod:`cleanpipe.io.type_clashes`. One odd record costs
+    that record, not the file. ``suspect`` (the text holds bare booleans or huge numbers)
+    checks the records even when Arrow takes them all, since it would store ``true`` among
+    numbers as ``1.0`` and ``1e400`` as ``inf``. ``numbers`` is updated in place to the
+    records kept.
     """
     texts: list[str | None] = list(raws) if raws is not None else [None] * len(records)
     records, too_deep = _drop_too_deep(shard, records, numbers, texts)
     try:
-        return _from_pylist(records), too_deep
+        table = _from_pylist(records)
+        if not (suspect and _has_numbers(table.schema)):
+            return table, too_deep
     except _CONVERT_ERRORS:
         pass  # what follows only runs for files whose records do not fit one table
     bad: list[BadRecord] = []
     keep_recs: list[Any] = []
     keep_nums: list[int] = []
     keep_texts: list[str | None] = []
+    floats = float_paths(records)
     for rec, num, raw, clash in zip(records, numbers, texts, first_clashes(records),
                                     strict=True):
-        if clash is None:
+        unfit = first_out_of_range(rec, floats) if clash is None else None
+        if clash is None and unfit is None:
             keep_recs.append(rec)
             keep_nums.append(num)
             keep_texts.append(raw)
             continue
         if opts.on_parse_error == "fail":
-            raise InputError(f"{shard.path}:{num}: field {clash}; make it one type in every"
-                             " record or set input.on_parse_error: quarantine")
-        bad.append(BadRecord(shard.name, num, "type_mismatch",
-                             f"field {clash} of {shard.name} (line {num}); a column keeps"
-                             " one type", raw if raw is not None else _dumps(rec)))
+            raise InputError(f"{shard.path}:{num}: field {clash or unfit}; make it one type"
+                             " in every record or set input.on_parse_error: quarantine")
+        if clash is not None:
+            bad.append(BadRecord(shard.name, num, "type_mismatch",
+                                 f"field {clash} of {shard.name} (line {num}); a column keeps"
+                                 " one type", raw if raw is not None else _dumps(rec)))
+        else:
+            bad.append(BadRecord(shard.name, num, "number_out_of_range",
+                                 f"field {unfit} ({shard.name}, line {num}); write it as a"
+                                 " string to keep it as written",
+                                 raw if raw is not None else _dumps(rec)))
     try:
         table = _from_pylist(keep_recs)
     except _CONVERT_ERRORS:
@@ -473,19 +497,11 @@ def _without_unstorable(shard: Shard, records: list[Any], numbers: list[int],
                                  f"a lone surrogate escaped in a string (line {num}) is not"
                                  " text", raw))
         else:
-            path = first_out_of_range(rec)
             if opts.on_parse_error == "fail":
-                raise InputError(f"{shard.path}:{num}: field {path or '?'!r} cannot be"
-                                 f" stored ({err}); set input.on_parse_error: quarantine to"
-                                 " keep going")
-            if path is not None:
-                bad.append(BadRecord(shard.name, num, "number_out_of_range",
-                                     f"field {path!r} of {shard.name} (line {num}) holds an"
-                                     " integer over 64 bits; write it as a string", raw))
-            else:
-                bad.append(BadRecord(shard.name, num, "type_mismatch",
-                                     f"record {num} of {shard.name} cannot be stored: {err}",
-                                     raw))
+                raise InputError(f"{shard.path}:{num}: the record cannot be stored ({err});"
+                                 " set input.on_parse_error: quarantine to keep going")
+            bad.append(BadRecord(shard.name, num, "type_mismatch",
+                                 f"record {num} of {shard.name} cannot be stored: {err}", raw))
         drop.add(i)
     keep = [i for i in range(len(records)) if i not in drop]
     records[:] = [records[i] for i in keep]
@@ -525,6 +541,44 @@ def _type_depth(schema: pa.Schema | pa.DataType) -> int:
         elif pa.types.is_map(t):
             stack.extend(((t.key_type, d + 1), (t.item_type, d + 1)))
     return depth
+
+
+def _has_numbers(schema: pa.Schema) -> bool:
+    """Whether any field, at any depth, is an integer or a float."""
+    return _any_type(schema, lambda t: pa.types.is_integer(t) or pa.types.is_floating(t))
+
+
+def _any_type(schema: pa.Schema, pred: Any) -> bool:
+    stack = [f.type for f in schema]
+    while stack:
+        t = stack.pop()
+        if pred(t):
+            return True
+        if pa.types.is_struct(t):
+            stack.extend(t.field(i).type for i in range(t.num_fields))
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            stack.append(t.value_type)
+        elif pa.types.is_map(t):
+            stack.extend((t.key_type, t.item_type))
+    return False
+
+
+#: a bare JSON boolean, and an exponent no 64-bit float can hold: where the text has one,
+#: Arrow may store a record with another value than it holds (true as 1.0, 1e400 as inf)
+_BARE_BOOL = r"[:\[,]\s*(?:true|false)\s*[,\]}]"
+_BIG_EXPONENT = r"\d[eE]\+?0*[1-9]\d{2}"
+_SUSPECT = re.compile(f"{_BARE_BOOL}|{_BIG_EXPONENT}")
+_SUSPECT_BYTES = re.compile(_SUSPECT.pattern.encode())
+#: an integer literal of 16+ digits: pyarrow's reader stores it as a (rounded) float when
+#: its column also holds floats, and an integer over 64 bits as a float always
+_LONG_INT_BYTES = re.compile(rb"[:\[,]\s*-?\d{16,}\s*[,\]}]")
+
+
+def _decoder(text: str | bytes) -> json.JSONDecoder:
+    """A JSON decoder that marks numbers too large for a float (see :class:`HugeNumber`)
+    where the text may hold one; the plain, faster one elsewhere."""
+    big = re.search(_BIG_EXPONENT if isinstance(text, str) else _BIG_EXPONENT.encode(), text)
+    return json.JSONDecoder(parse_float=parse_float) if big else json.JSONDecoder()
 
 
 def _value_depth(v: Any) -> int:
@@ -600,7 +654,7 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                             len(raw))
         return
     try:
-        obj = json.loads(text)
+        obj = _decoder(text).decode(text)
     except json.JSONDecodeError as err:
         if stripped.startswith("{") and (err.msg == "Extra data" or "\n" in stripped.strip()):
             # a .json file that holds JSON lines: one bad line costs one record
@@ -645,7 +699,8 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
             bad.append(BadRecord(shard.name, i, "parse_error",
                                  f"record {i} is a JSON {json_kind(rec)}, not an object",
                                  json.dumps(rec, ensure_ascii=False)[:100_000]))
-    table, records_bad = _table_from_records(shard, records, numbers, opts)
+    table, records_bad = _table_from_records(shard, records, numbers, opts,
+                                             suspect=bool(_SUSPECT.search(text)))
     bad = sorted(bad + records_bad, key=lambda b: b.line)
     yield from _batches(table, np.asarray(numbers, np.int64), shard, bad, opts.batch_size,
                         len(raw))
