@@ -154,6 +154,15 @@ def test_invalid_utf8_is_read_exactly_where_it_can_be_and_on_record(tmp_path, ca
     assert "no sound reading" in details["x.jsonl:4"] and "F0 9F 8D" in details["x.jsonl:4"]
 
 
+def test_lone_surrogate_escape_replaced_on_record(tmp_path, capsys):
+    src = tmp_path / "x.jsonl"
+    src.write_text('{"t": "ok"}\n{"t": "a\\ud800b"}\n', "utf-8")
+    code, err, out = _run(tmp_path, capsys, src)
+    assert code == 0, err
+    assert [r["t"] for r in read_parts(out / "data").to_pylist()] == ["ok", "a\ufffdb"]
+    assert [(e["row_id"], e["code"]) for e in _events(out)] == [("x.jsonl:2", "decode_replaced")]
+
+
 def test_ambiguous_single_bytes_are_not_guessed(tmp_path, capsys):
     # 0x92 is ’ in Windows-1252 but a C1 control in Latin-1; 0xA4 is ¤ in Latin-1, € in Latin-9
     src = tmp_path / "x.jsonl"
