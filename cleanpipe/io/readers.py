@@ -241,8 +241,10 @@ def _empty_object_fixes(table: pa.Table) -> tuple[pa.Table, list[ReadFix]]:
 def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRecord],
              batch_size: int, nbytes: int, notes: Notes | None = None) -> Iterator[Chunk]:
     table, fixes = _empty_object_fixes(table)
-    if notes:
-        fixes += _note_fixes(notes, numbers)
+    # one fix per noted row, in row order: each batch takes its own by bisection, so a file
+    # with many repaired rows costs no more than one pass over them
+    noted = _note_fixes(notes, numbers) if notes else []
+    noted_at = np.asarray([f.rows[0] for f in noted], np.int64)
     n = table.num_rows
     if n and table.num_columns == 0:
         # every record is {}: there is nothing to keep, and Arrow mis-slices a table without
@@ -266,6 +268,8 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
         end = start + batch.num_rows
         here = [ReadFix(f.code, f.field, f.detail, f.rows[(f.rows >= start) & (f.rows < end)]
                         - start) for f in fixes]
+        lo, hi = np.searchsorted(noted_at, [start, end]).tolist()
+        here += [ReadFix(f.code, f.field, f.detail, f.rows - start) for f in noted[lo:hi]]
         # bad records and the byte count ride on the first chunk of the shard
         yield Chunk(shard, batch, numbers[start:end], bad if first else [],
                     nbytes if first else 0, fixes=[f for f in here if f.rows.size])
@@ -278,8 +282,8 @@ Notes = dict[int, list[tuple[str, str]]]
 
 
 def _note_fixes(notes: Notes, numbers: np.ndarray) -> list[ReadFix]:
-    """One :class:`ReadFix` per kept record and code (a quarantined record keeps its raw
-    text instead)."""
+    """One :class:`ReadFix` per kept record and code, in row order (a quarantined record
+    keeps its raw text instead)."""
     fixes = []
     for num in sorted(notes):
         pos = int(np.searchsorted(numbers, num))
