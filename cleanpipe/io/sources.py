@@ -111,13 +111,14 @@ def _shard(path: Path, root: Path | None, fmt: str) -> Shard:
     return Shard(str(path), name, f, comp, size)
 
 
-def _unreadable(path: Path, e: OSError) -> str:
-    """One line naming ``path`` and why it cannot be read; a broken symbolic link says where
-    it points, since ``[Errno 2]`` on a path that is listed right there puzzles anyone."""
+def _unreadable(path: Path, e: OSError | None = None) -> str:
+    """One line naming ``path`` and why it cannot be read (``e``, or: it is not there); a
+    broken symbolic link says where it points, since ``[Errno 2]`` on a path that is listed
+    right there puzzles anyone."""
     if path.is_symlink() and not path.exists():
         return (f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; fix"
                 " or remove the link")
-    return f"{path}: cannot read: {reason(e)}"
+    return f"{path}: cannot read: {reason(e)}" if e else f"{path}: no such file or directory"
 
 
 def _tree(root: Path) -> list[Path]:
@@ -202,10 +203,7 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
                 or is_hf_dir(Path(m))]
     try:
         if not path.exists():
-            if path.is_symlink():
-                raise InputError(f"{path}: a symbolic link to {os.readlink(path)}, which does"
-                                 " not exist")
-            raise InputError(f"{path}: no such file or directory")
+            raise InputError(_unreadable(path))
         is_hf, is_dir = is_hf_dir(path), path.is_dir()
     except OSError as e:  # a parent folder we may not enter
         raise InputError(_unreadable(path, e)) from e
