@@ -154,6 +154,20 @@ def test_invalid_utf8_is_read_exactly_where_it_can_be_and_on_record(tmp_path, ca
     assert "no sound reading" in details["x.jsonl:4"] and "F0 9F 8D" in details["x.jsonl:4"]
 
 
+def test_repair_events_do_not_depend_on_the_batch_size(tmp_path, capsys):
+    src = tmp_path / "x.jsonl"
+    src.write_bytes(b"".join(b'{"t": "r%d caf\xe9"}\n' % i if i % 3 else b'{"t": "r%d"}\n' % i
+                             for i in range(10)))
+    seen = []
+    for name, args in (("o1", ("--batch-size", "1")), ("o2", ("--batch-size", "4")), ("o3", ())):
+        code, err, out = _run(tmp_path, capsys, src, args=args, out_name=name)
+        assert code == 0, err
+        _conserved(out)
+        seen.append([(e["row_id"], e["code"], e["detail"]) for e in _events(out)])
+    assert seen[0] == seen[1] == seen[2]
+    assert [e[0] for e in seen[0]] == [f"x.jsonl:{i + 1}" for i in range(10) if i % 3]
+
+
 def test_lone_surrogate_escape_replaced_on_record(tmp_path, capsys):
     src = tmp_path / "x.jsonl"
     src.write_text('{"t": "ok"}\n{"t": "a\\ud800b"}\n', "utf-8")
