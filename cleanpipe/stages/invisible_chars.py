@@ -136,12 +136,12 @@ class InvisibleChars(TextStage):
         return RuleSet(self.name, self._rules(), self.action_of, self.examples,
                        scan=_scan()).apply(texts)
 
+    def __call__(self, data: object) -> object:
+        return super().__call__(plain_input(data))
+
 
 @functools.cache
 def _scan() -> ByteScan:
     # One group per rule of ``InvisibleChars._rules``, in the same order.
     return ByteScan([(0xFEFF,), (*_ZW, 0xFEFF), (0x200C, 0x200D), _BIDI, (0xAD,), (_TAGS,),
                      ((0xFFF9, 0xFFFB),), ((0x2061, 0x2064),), ((0x206A, 0x206F),)])
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))
