@@ -169,7 +169,8 @@ def main(out: Path = OUT) -> None:
     en_out(35, "A NUL\x00 byte inside.", "NUL", "control_chars", "nul")
     en_out(39, "Bell\x07 and backspace\x08 controls.", "C0 controls BEL, BS", "control_chars",
            "c0_control")
-    en_out(43, "First line.\r\nSecond line.", "CRLF line ending", "control_chars", "crlf")
+    en_out(43, "First line.\r\nSecond line.", "CRLF line ending (cosmetic: flagged,"
+           " kept as it is)", "control_chars", "crlf")
     en_out(47, "One paragraph.\u2028Another after a line separator.", "U+2028 line separator",
            "control_chars", "line_separator")
     en_out(51, "The name was lost: M\ufffdller.", "U+FFFD replacement character",
@@ -234,8 +235,8 @@ def main(out: Path = OUT) -> None:
     share[9]["conversations"][0]["from"] = "narrator"
     chat_plant(share, 9, "chat.jsonl", "unknown role 'narrator'", "schema", "unknown_role")
     share[15]["conversations"][3]["value"] = "Sure.\r\nDone."
-    chat_plant(share, 15, "chat.jsonl", "CRLF inside conversations[*].value", "control_chars",
-               "crlf")
+    chat_plant(share, 15, "chat.jsonl", "CRLF inside conversations[*].value"
+               " (cosmetic: flagged, kept as it is)", "control_chars", "crlf")
     openai[6]["messages"][2]["content"] = ""
     chat_plant(openai, 6, "chat_openai.jsonl", "empty assistant turn", "schema",
                "empty_assistant")
