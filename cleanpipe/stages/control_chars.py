@@ -34,7 +34,7 @@ from ftfy.fixes import fix_surrogates
 
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import plain_input, put, regex_mask
+from cleanpipe.stages._text_util import put, regex_mask
 from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
 
 _C0 = ((0x01, 0x08), 0x0B, 0x0C, (0x0E, 0x1F), 0x7F)
@@ -149,9 +149,6 @@ class ControlChars(TextStage):
         found.extend(res.findings)
         res.metrics["lone_surrogate_strings"] = int(hit.size)
         return TextResult(res.texts, found, res.metrics)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))
 
 
 @functools.cache

@@ -29,7 +29,6 @@ import pyarrow as pa
 
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import plain_input
 from cleanpipe.stages.base import Action, TextResult, TextStage
 
 _ZW = (0x200B, 0x2060, 0x180E)
@@ -135,9 +134,6 @@ class InvisibleChars(TextStage):
     def transform(self, texts: pa.Array) -> TextResult:
         return RuleSet(self.name, self._rules(), self.action_of, self.examples,
                        scan=_scan()).apply(texts)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))
 
 
 @functools.cache

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cleanpipe.stages._text_ftfy_safe import needs_ftfy_regex
-from cleanpipe.stages._text_util import examples, plain_input, put, regex_mask
+from cleanpipe.stages._text_util import examples, put, regex_mask
 from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
 
 #: One report code per ftfy fix, so rows are counted by the fix that changed them.
@@ -255,6 +255,3 @@ class UnicodeFix(TextStage):
                       before=before, after=after)
         metrics["changed_strings"] = len(rewrite)
         return TextResult(out, found, metrics)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))

@@ -34,7 +34,6 @@ import pyarrow as pa
 
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import plain_input
 from cleanpipe.stages.base import Action, TextResult, TextStage
 
 _UNUSUAL = (0xA0, 0x1680, (0x2000, 0x200A), 0x202F, 0x205F)
@@ -90,9 +89,6 @@ class Whitespace(TextStage):
     def transform(self, texts: pa.Array) -> TextResult:
         return RuleSet(self.name, self._rules(), self.action_of, self.examples,
                        scan=_scan(self._unusual())).apply(texts)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))
 
 
 @functools.cache
