@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -163,3 +164,31 @@ def test_shipped_pipeline_repairs_chinese_mojibake(name: str, tmp_path: Path) ->
     assert not wrong, f"{len(wrong)} of {len(cases)} rows not repaired, e.g. {wrong[0]!r}"
     codes = {(r["stage"], r["code"]) for r in report["reasons"]}
     assert ("unicode_fix", "fix_encoding") in codes
+
+
+# --- after unicode_fix, the removal stages still see (and name) what they are for -----------
+
+AFTER_REPAIR = {
+    ("control_chars", "nul"): "a\x00b", ("control_chars", "c0_control"): "a\x07b",
+    ("control_chars", "c1_control"): "a\x9db",  # undefined in Windows-1252: ftfy keeps it
+    ("control_chars", "crlf"): "a\r\nb", ("control_chars", "cr"): "a\rb",
+    ("control_chars", "line_separator"): "a\u2028b",
+    ("control_chars", "replacement_char"): "a\ufffdb",
+    ("invisible_chars", "bom"): "\ufeffab", ("invisible_chars", "zero_width"): "a\u200bb",
+    ("invisible_chars", "bidi_control"): "a\u202eb\u202c",
+    ("invisible_chars", "soft_hyphen"): "a\u00adb", ("invisible_chars", "tag_char"): "a\U000e0068b",
+    ("invisible_chars", "interlinear_annotation"): "a\ufff9b",
+    ("invisible_chars", "invisible_operator"): "a\u2062b",
+    ("invisible_chars", "deprecated_format"): "a\u206ab",
+}
+
+
+def test_removal_stages_after_repair_still_name_every_character() -> None:
+    """With ftfy's defaults unicode_fix would remove NUL, C0, U+FEFF, U+206A.. and rewrite
+    line breaks first, under its own two codes; its defaults leave them to the stages made
+    for them, so each is reported under its own code (and actions set there apply)."""
+    keys = list(AFTER_REPAIR)
+    pipe = Pipeline(stages=[UnicodeFix(), ControlChars(), InvisibleChars()], fields=["text"])
+    report = pipe.run(pa.table({"text": [AFTER_REPAIR[k] for k in keys]}), workers=1)
+    found = {(r["stage"], r["code"]): r["rows"] for r in report["reasons"]}
+    assert found == dict.fromkeys(keys, 1)
