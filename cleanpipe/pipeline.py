@@ -37,7 +37,7 @@ from cleanpipe.io.writers import (
     write_json,
 )
 from cleanpipe.report.build import build_report
-from cleanpipe.spec import PipelineSpec, build_stage, load_spec, spec_from_dict
+from cleanpipe.spec import PipelineSpec, load_spec, spec_from_dict
 from cleanpipe.stages.base import Stage
 
 EVENTS_SCHEMA = pa.schema([
@@ -82,9 +82,7 @@ class Pipeline:
                  fields: list[str] | None = None, spec: PipelineSpec | None = None,
                  **settings: Any) -> None:
         if spec is None:
-            spec = spec_from_dict({"fields": fields, **settings})
-            spec.stages = [s if isinstance(s, Stage) else build_stage(s, i)
-                           for i, s in enumerate(stages or [])]
+            spec = spec_from_dict({"fields": fields, "stages": list(stages or []), **settings})
         self.spec = spec
         self.last_state: RunState | None = None
 

@@ -30,7 +30,7 @@ from tests._robust_helpers import cli, write_pipeline
 from tests._s3_server import S3, s3_server, unique_prefix
 from tests.conftest import realdata
 
-PIPELINE = "stages:\n  - stage: whitespace\n  - stage: exact_dedup\n"
+PIPELINE = "stages:\n  - {stage: whitespace, action: fix}\n  - stage: exact_dedup\n"
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_s3_jsonl_in_parquet_out_same_as_local(s3: S3, tmp_path: Path, capsys) -
     corpus = _corpus(tmp_path / "corpus")
     prefix = unique_prefix("e2e")
     s3.upload(corpus, f"{prefix}/in")
-    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: whitespace},"
+    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: whitespace, action: fix},"
                           " {stage: exact_dedup}]")
     code, _, err = cli(capsys, "run", str(pipe), "-i", str(corpus), "-o",
                        str(tmp_path / "local"), "-q")
@@ -194,7 +194,7 @@ def test_s3_t0_shards_same_as_local(s3: S3, tmp_path: Path) -> None:
     s3.upload(local_in, f"{prefix}/in")
 
     def make() -> Pipeline:
-        return Pipeline(stages=[Whitespace(), ExactDedup()], batch_size=512)
+        return Pipeline(stages=[Whitespace(action="fix"), ExactDedup()], batch_size=512)
 
     make().run(str(local_in), tmp_path / "local")
     report = make().run(s3.uri(f"{prefix}/in"), s3.uri(f"{prefix}/out"))
@@ -325,7 +325,7 @@ def test_credentials_in_uri_stay_out_of_report_and_errors(tmp_path: Path, capsys
 
 def test_file_uris_same_as_local_paths(tmp_path: Path, capsys) -> None:
     corpus = _corpus(tmp_path / "corpus")
-    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: whitespace},"
+    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: whitespace, action: fix},"
                           " {stage: exact_dedup}]")
     assert cli(capsys, "run", str(pipe), "-i", str(corpus), "-o", str(tmp_path / "plain"),
                "-q")[0] == 0
@@ -455,7 +455,7 @@ def test_ray_engine_reads_and_writes_s3(s3: S3, tmp_path: Path) -> None:
     s3.upload(corpus, f"{prefix}/in")
 
     def make() -> Pipeline:
-        return Pipeline(stages=[Whitespace(), ExactDedup()], batch_size=2)
+        return Pipeline(stages=[Whitespace(action="fix"), ExactDedup()], batch_size=2)
 
     make().run(str(corpus), tmp_path / "local")
     # workers import cleanpipe from this checkout, as the driver does
