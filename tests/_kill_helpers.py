@@ -53,36 +53,29 @@ def wait_paused(proc: subprocess.Popen, pause_dir: Path, point: str) -> int:
     return int(marker.read_text())
 
 
-def session_alive(sid: int) -> list[int]:
-    """PIDs of live (not zombie) processes in session ``sid``, read from /proc."""
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        state, session = fields[0], int(fields[3])
-        if session == sid and state not in ("Z", "X"):
-            alive.append(int(entry.name))
-    return alive
-
-
-def children_alive(pid: int) -> list[int]:
-    """PIDs of the live processes whose parent is ``pid``."""
+def _processes() -> list[tuple[int, str, int, int]]:
+    """``(pid, state, parent pid, session id)`` of every process, from /proc."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        except OSError:  # ended meanwhile
             continue
-        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
-            found.append(int(entry.name))
+        found.append((int(entry.name), fields[0], int(fields[1]), int(fields[3])))
     return found
+
+
+def session_alive(sid: int) -> list[int]:
+    """PIDs of live (not zombie) processes in session ``sid``."""
+    return [pid for pid, state, _, session in _processes()
+            if session == sid and state not in ("Z", "X")]
+
+
+def children_alive(pid: int) -> list[int]:
+    """PIDs of the live processes whose parent is ``pid``."""
+    return [p for p, state, parent, _ in _processes() if parent == pid and state not in "ZX"]
 
 
 def kill_and_reap(proc: subprocess.Popen, sig: signal.Signals) -> tuple[int, str, list[int]]:
