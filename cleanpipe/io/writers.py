@@ -354,7 +354,9 @@ class AtomicDir:
         An old output that a killed commit had moved aside is put back if nothing replaced
         it."""
         name = self.target.name
-        for p in sorted(self.target.parent.glob(f".{name}.*-*")):
+        for p in sorted(self.target.parent.iterdir()):
+            if not p.name.startswith(f".{name}."):
+                continue
             kind, _, rest = p.name[len(name) + 2:].partition("-")
             if kind not in ("tmp", "old") or not p.is_dir() or p.is_symlink():
                 continue
