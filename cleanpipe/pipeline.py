@@ -27,6 +27,7 @@ from cleanpipe.engine.local import RunState, Sinks, execute
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.io.filesystems import is_uri, redact
+from cleanpipe.io.output_guard import check_no_overlap
 from cleanpipe.io.uri_output import output_dir, write_dir_to
 from cleanpipe.io.writers import (
     FixedGroupWriter,
@@ -145,6 +146,7 @@ class Pipeline:
             if report_dir is not None:
                 _write_report_dir(report, report_dir)
             return report
+        check_no_overlap(out, source)
         atomic = output_dir(out, overwrite=overwrite)
         try:
             with atomic as tmp:
