@@ -8,6 +8,7 @@ from pathlib import Path
 
 import datasets
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,6 +72,7 @@ def test_arbitrary_unicode_through_files(tmp_path_factory, texts):
     assert (d / "out" / "_SUCCESS").exists()
 
 
+@pytest.mark.realdata
 def test_blns_through_the_pipeline(tmp_path):
     strings = json.loads(realdata("blns", "blns.json").read_text("utf-8"))
     src = tmp_path / "blns.jsonl"
