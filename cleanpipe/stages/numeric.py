@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, BatchStage, Findings
 
 
@@ -38,7 +39,7 @@ class NumericCheck(BatchStage):
                 found.add(np.arange(batch.num_rows), "not_numeric", self.action_of("not_numeric"),
                           field=f, detail=f"column {f!r} is missing")
                 continue
-            col = batch.column(idx)
+            col = typed_nulls(batch.column(idx), pa.float64())
             if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
                 try:
                     num = pc.cast(col, pa.float64())
