@@ -163,6 +163,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="file of the skips allowed in CI (pattern | reason per line)")
 
 
+def _allowed_file(config: pytest.Config) -> str:
+    """The allowed-skips file, relative to the repository when it lies inside."""
+    path = Path(config.getoption("allowed_skips")).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def _allowed(config: pytest.Config) -> list[AllowedSkip]:
     return load_allowed_skips(Path(config.getoption("allowed_skips")))
 
@@ -188,7 +194,7 @@ def _fail_skip_in_ci(config: pytest.Config, report: pytest.CollectReport | pytes
         report.outcome = "failed"
         report.longrepr = (f"CI=true: {report.nodeid} would skip ({_skip_reason(report)}); "
                            f"in CI every test runs: install what it needs (.ci/run) or list "
-                           f"it, with the reason, in {config.getoption('allowed_skips')}")
+                           f"it, with the reason, in {_allowed_file(config)}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -218,7 +224,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     unexpected = _unexpected_skips(config)
     allowed = sum(r.nodeid not in unexpected for r in skipped)
     terminalreporter.write_line(f"skips: {len(skipped)} ({allowed} on the allowed list "
-                                f"{config.getoption('allowed_skips')})")
+                                f"{_allowed_file(config)})")
     if in_ci() and unexpected:
         terminalreporter.write_line("CI=true: skips not on the allowed list (the run fails):",
                                     red=True)
