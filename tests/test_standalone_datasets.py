@@ -7,11 +7,11 @@ import json
 import datasets
 import pytest
 
-from cleanpipe.standalone import RowWouldBeDropped, WholeDatasetRequired
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.invisible_chars import InvisibleChars
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from cleanpipe.stages.regex_filter import RegexFilter
+from cleanpipe.standalone import RowWouldBeDropped, WholeDatasetRequired
 from tests.conftest import realdata
 
 FIELDS = ["instruction", "input", "output"]
