@@ -67,7 +67,7 @@ class GateConfig(BaseModel):
     Findings with action ``fail`` always fail the gate (rule ``no_fail_findings``).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_dropped_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     """Most rows, as a fraction of rows read, that may be quarantined overall."""

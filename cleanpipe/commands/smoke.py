@@ -307,9 +307,9 @@ def configured_tokenizer(config: dict[str, Any]) -> str | None:
 
 
 def _pipeline_tokenizer(path: str) -> str | None:
-    import yaml
+    from cleanpipe.spec_yaml import read_yaml
 
-    config = yaml.safe_load(Path(path).read_text("utf-8")) or {}
+    config = read_yaml(Path(path).read_text("utf-8"), path)[0] or {}
     found = configured_tokenizer(config) if isinstance(config, dict) else None
     if found and not Path(found).is_absolute():
         # relative paths in a pipeline file are relative to that file, as the stages read them
@@ -339,6 +339,9 @@ def cmd_smoke(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"cleanpipe smoke: {e}", file=sys.stderr)
             return ExitCode.UNREADABLE
+        except ValueError as e:  # not YAML, or past a limit (spec_yaml.YamlLimitError)
+            print(f"cleanpipe smoke: {e}", file=sys.stderr)
+            return ExitCode.USAGE
     if tokenizer is None:
         print("cleanpipe smoke: give --tokenizer, or --pipeline with a stage that has a "
               "tokenizer: parameter", file=sys.stderr)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from cleanpipe.dedup import bands, cluster, external, kernels
 from cleanpipe.dedup.decisions import (
@@ -91,11 +91,11 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     """Jaccard similarity from which two rows are duplicates."""
     num_perm: int = Field(128, ge=2, le=1024)
     """MinHash permutations (signature length)."""
-    seed: int = 1
+    seed: int = Field(1, ge=0, le=2**32 - 1)
     """Seed of datasketch's permutation generator."""
     hash: HashName = "xxh32"
     """Shingle hash: ``xxh32`` (compiled) or ``sha1`` (datasketch's default, slow)."""
-    hash_seed: int = 0
+    hash_seed: int = Field(0, ge=0, le=2**32 - 1)
     """Seed of ``xxh32`` (use the same in ``hashfunc`` to reproduce signatures)."""
     scheme: Scheme = "affine32"
     """datasketch permutation scheme: ``affine32`` (its 2.x default) or ``legacy``."""
@@ -103,7 +103,8 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     """LSH bands (give with ``rows``; default: datasketch's choice for ``threshold``)."""
     rows: int | None = Field(None, ge=1)
     """Rows (signature values) per band."""
-    weights: tuple[float, float] = (0.05, 0.95)
+    weights: tuple[Annotated[float, Field(ge=0.0, le=1.0)],
+                   Annotated[float, Field(ge=0.0, le=1.0)]] = (0.05, 0.95)
     """(false positive, false negative) weights for choosing bands×rows, as in
     ``MinHashLSH``. Leaning to recall costs little because candidates are verified."""
     verify: Literal["exact", "none"] = "exact"
@@ -156,6 +157,13 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
     _report: dict[str, Any] = PrivateAttr(default_factory=dict)
     _decisions: pa.Table | None = PrivateAttr(None)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_add_up(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if abs(sum(v) - 1.0) > 1e-9:
+            raise ValueError("the two weights must add up to 1, as in MinHashLSH")
+        return v
 
     @model_validator(mode="after")
     def _check_bands(self) -> MinHashDedup:

@@ -9,17 +9,20 @@ an outlier is a record to look at, not necessarily a bad one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
 
 _CLASSES = {"letter_ratio": r"\p{L}", "digit_ratio": r"\p{Nd}", "space_ratio": r"\s",
             "symbol_ratio": r"[\p{P}\p{S}]"}
+#: the features :class:`Outliers` can score
+Feature = Literal["chars", "tokens", "letter_ratio", "digit_ratio", "space_ratio",
+                  "symbol_ratio"]
 _MAD_SCALE = 1.4826  # makes the MAD estimate the standard deviation of a normal
 
 
@@ -40,12 +43,12 @@ class Outliers(GlobalStage):
 
     fields: list[str] | None = None
     """Text fields measured (default: the pipeline's text fields)."""
-    features: list[str] = ["chars", "letter_ratio", "digit_ratio", "space_ratio",
+    features: list[Feature] = ["chars", "letter_ratio", "digit_ratio", "space_ratio",
                            "symbol_ratio"]
     """Features to score; add ``tokens`` with a ``tokenizer``."""
-    threshold: float = 6.0
+    threshold: float = Field(6.0, gt=0.0)
     """Robust z-score above which a record is flagged (per feature)."""
-    thresholds: dict[str, float] = {}
+    thresholds: dict[Feature, Annotated[float, Field(gt=0.0)]] = {}
     """Per-feature thresholds overriding ``threshold``."""
     tokenizer: str | None = None
     """tokenizer.json or model directory, for the ``tokens`` feature."""
