@@ -67,6 +67,10 @@ class OutputSpec(BaseModel):
     rows_per_part: int = Field(1_000_000, ge=1, le=MAX_ROWS_PER_PART)
 
 
+#: settings that change how fast a run goes, never what it writes (see docs/guarantees.md)
+EXECUTION_KEYS = ("batch_size", "workers", "engine", "ray_address")
+
+
 class PipelineSpec(BaseModel):
     """A whole pipeline. ``stages`` holds validated stage objects."""
 
@@ -89,18 +93,26 @@ class PipelineSpec(BaseModel):
     source: str | None = None
 
     def config_dict(self) -> dict[str, Any]:
-        """The pipeline as plain data (what is hashed and stored in the report)."""
-        d = self.model_dump(mode="json", exclude={"stages", "gate", "source"})
+        """The pipeline as plain data, as the report stores it: everything but the
+        :data:`EXECUTION_KEYS` (the report records those with its timings)."""
+        d = self.model_dump(mode="json", exclude={"stages", "gate", "source", *EXECUTION_KEYS})
         d["stages"] = [{"stage": s.name, **s.describe()} for s in self.stages]
         g = self.gate
         d["gate"] = g.model_dump(mode="json") if hasattr(g, "model_dump") else g
         return d
 
     def config_hash(self) -> str:
+        """sha256 of what decides the results: :meth:`config_dict` less the name, the
+        description, where the data lives (``input.path``, ``output.path``) and each stage's
+        :attr:`~cleanpipe.stages.base.Stage.execution_params`. Equal hashes: the same input
+        gives the same output, byte for byte."""
         d = self.config_dict()
-        # where the data lives does not change what the pipeline does
-        d.pop("input", None)
-        d.pop("output", None)
+        for key in ("name", "description"):
+            d.pop(key, None)
+        d["input"].pop("path", None)
+        d["output"].pop("path", None)
+        d["stages"] = [{k: v for k, v in entry.items() if k not in type(s).execution_params}
+                       for s, entry in zip(self.stages, d["stages"], strict=True)]
         blob = json.dumps(d, sort_keys=True, ensure_ascii=False).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
 

@@ -224,6 +224,9 @@ class Stage(BaseModel):
     codes: ClassVar[Mapping[str, Action]] = {}
     #: Actions a code may not take (e.g. a check that cannot "fix").
     forbidden_actions: ClassVar[Mapping[str, frozenset[Action]]] = {}
+    #: Parameters that change where or how fast the stage works, never its results (a spill
+    #: folder): left out of the pipeline's config hash.
+    execution_params: ClassVar[frozenset[str]] = frozenset()
 
     action: Action | None = None
     """Action for every code of this stage (overrides the defaults)."""

@@ -76,6 +76,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
 
     name: ClassVar[str] = "minhash_dedup"
     decision_codes: ClassVar[tuple[str, ...]] = CODES
+    execution_params: ClassVar[frozenset[str]] = frozenset({"spill_dir"})
     codes: ClassVar[dict[str, Action]] = {
         "near_duplicate": Action.DROP,
         "contaminated_near": Action.DROP,
