@@ -175,10 +175,18 @@ def describe_stages() -> str:
             out.append(f"    codes: {codes}")
         for fname, f in cls.model_fields.items():
             default = f.default if f.default_factory is None else f.default_factory()
-            ann = _type_name(f.annotation)
+            ann = _type_name(f.annotation) + _bounds(f.metadata)
             desc = " — " + " ".join(f.description.split()) if f.description else ""
             out.append(f"    {fname}: {ann} = {default!r}{desc}")
     return "\n".join(out)
+
+
+def _bounds(metadata: list[Any]) -> str:
+    """A parameter's range, as ``cleanpipe stages`` shows it: `` (>= 1, <= 256)``."""
+    marks = [(">", "gt"), (">=", "ge"), ("<", "lt"), ("<=", "le")]
+    parts = [f"{sign} {getattr(m, name)}" for m in metadata for sign, name in marks
+             if getattr(m, name, None) is not None]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _type_name(t: Any) -> str:

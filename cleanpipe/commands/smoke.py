@@ -332,6 +332,10 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     if args.n <= 0 or args.batch_size <= 0:
         print("cleanpipe smoke: -n and --batch-size must be positive", file=sys.stderr)
         return ExitCode.USAGE
+    if args.seed < 0 or (args.max_length is not None and args.max_length <= 0):
+        print("cleanpipe smoke: --seed must be 0 or more and --max-length positive",
+              file=sys.stderr)
+        return ExitCode.USAGE
     tokenizer = args.tokenizer
     if tokenizer is None and args.pipeline:
         try:

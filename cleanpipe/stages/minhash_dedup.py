@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -104,8 +104,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     """LSH bands (give with ``rows``; default: datasketch's choice for ``threshold``)."""
     rows: int | None = Field(None, ge=1)
     """Rows (signature values) per band."""
-    weights: tuple[Annotated[float, Field(ge=0.0, le=1.0)],
-                   Annotated[float, Field(ge=0.0, le=1.0)]] = (0.05, 0.95)
+    weights: tuple[float, float] = (0.05, 0.95)
     """(false positive, false negative) weights for choosing bands×rows, as in
     ``MinHashLSH``. Leaning to recall costs little because candidates are verified."""
     verify: Literal["exact", "none"] = "exact"
@@ -162,8 +161,8 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     @field_validator("weights")
     @classmethod
     def _weights_add_up(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if abs(sum(v) - 1.0) > 1e-9:
-            raise ValueError("the two weights must add up to 1, as in MinHashLSH")
+        if not all(0.0 <= w <= 1.0 for w in v) or abs(sum(v) - 1.0) > 1e-9:
+            raise ValueError("two weights within [0, 1] that add up to 1, as in MinHashLSH")
         return v
 
     @model_validator(mode="after")

@@ -9,12 +9,12 @@ an outlier is a record to look at, not necessarily a bad one.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
 
@@ -48,10 +48,18 @@ class Outliers(GlobalStage):
     """Features to score; add ``tokens`` with a ``tokenizer``."""
     threshold: float = Field(6.0, gt=0.0)
     """Robust z-score above which a record is flagged (per feature)."""
-    thresholds: dict[Feature, Annotated[float, Field(gt=0.0)]] = {}
+    thresholds: dict[Feature, float] = {}
     """Per-feature thresholds overriding ``threshold``."""
     tokenizer: str | None = None
     """tokenizer.json or model directory, for the ``tokens`` feature."""
+
+    @field_validator("thresholds")
+    @classmethod
+    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if not x > 0}
+        if bad:
+            raise ValueError(f"thresholds must be greater than 0: {bad}")
+        return v
 
     _values: list[np.ndarray] = PrivateAttr(default_factory=list)
     _center: np.ndarray | None = PrivateAttr(default=None)
