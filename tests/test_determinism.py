@@ -257,3 +257,24 @@ def test_config_hash_covers_only_what_changes_results(tmp_path):
                  base.replace("{stage: minhash_dedup}", "{stage: minhash_dedup, seed: 2}")]
     for text in different:
         assert digest(text) != digest(base), text
+
+
+def test_report_examples_do_not_depend_on_the_batch_size():
+    import pyarrow as pa
+
+    from cleanpipe import Pipeline
+
+    # trailing spaces in `other` from row 1, in `text` only from row 4: a batch of three
+    # rows used to show the first `other` hits, one large batch the `text` hits first
+    table = pa.table({"text": ["a " if i >= 3 else "a" for i in range(40)],
+                      "other": ["b "] * 40})
+
+    def examples(batch_size: int) -> list[tuple[str, str, str]]:
+        pipe = Pipeline(stages=[{"stage": "whitespace"}], fields=["text", "other"],
+                        batch_size=batch_size)
+        rep = pipe.run(table, workers=1)
+        return [(e["row_id"], e["field"], e["before"]) for e in rep["examples"]]
+
+    small = examples(3)
+    assert small == examples(1000)
+    assert small[0][:2] == ("Table:1", "other") and len(small) == 5
