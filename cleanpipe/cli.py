@@ -224,17 +224,22 @@ def describe_stages() -> str:
                 value = f.default if f.default_factory is None else f.default_factory()
                 default = f" = {value!r}"
             desc = " — " + " ".join(f.description.split()) if f.description else ""
-            ann = _type_name(f.annotation) + _bounds(f.metadata)
-            out.append(f"    {fname}: {ann}{default}{desc}")
+            out.append(f"    {fname}: {_type_name(f.annotation)}{default}{_bounds(f.metadata)}"
+                       f"{desc}")
     return "\n".join(out)
 
 
 def _bounds(metadata: list[Any]) -> str:
-    """A parameter's range, as ``cleanpipe stages`` shows it: `` (>= 1, <= 256)``."""
+    """A parameter's range, as ``cleanpipe stages`` shows it after the default.
+
+        >>> from pydantic import Field
+        >>> _bounds(Field(5, ge=0, le=1000).metadata)
+        ', >= 0 and <= 1000'
+    """
     marks = [(">", "gt"), (">=", "ge"), ("<", "lt"), ("<=", "le")]
     parts = [f"{sign} {getattr(m, name)}" for m in metadata for sign, name in marks
              if getattr(m, name, None) is not None]
-    return f" ({', '.join(parts)})" if parts else ""
+    return ", " + " and ".join(parts) if parts else ""
 
 
 def _type_name(t: Any) -> str:
