@@ -29,8 +29,9 @@ def data(tmp_path):
 @pytest.mark.parametrize("option,value", [
     ("--batch-size", "-5"), ("--batch-size", "-1"), ("--batch-size", "0"),
     ("--batch-size", str(MAX_BATCH_SIZE + 1)),
-    ("--workers", "0"), ("--workers", "-1"), ("--workers", "100000"),
-    ("--workers", str(MAX_WORKERS + 1)),
+    # (100000, the value, is checked in a pipeline file below: a regression here
+    # would fork that many processes)
+    ("--workers", "0"), ("--workers", "-1"), ("--workers", str(MAX_WORKERS + 1)),
 ])
 @pytest.mark.parametrize("command", ["run", "check"])
 def test_cli_numbers_out_of_range_are_one_line_usage_errors(tmp_path, data, capsys, option,
@@ -50,6 +51,16 @@ def test_cli_numbers_in_range_still_run(tmp_path, data, capsys):
                        "--no-progress", "--batch-size", "1", "--workers", "1")
     assert code == 0, err
     assert (tmp_path / "o" / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("workers", [0, -1])
+def test_python_api_workers_out_of_range(workers):
+    import pyarrow as pa
+
+    from cleanpipe import Pipeline
+
+    with pytest.raises(ConfigError, match=f"^workers {workers}: "):
+        Pipeline(stages=[]).run(pa.table({"text": ["a"]}), workers=workers)
 
 
 def test_demo_workers_out_of_range(tmp_path, capsys):

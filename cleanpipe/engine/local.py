@@ -44,7 +44,7 @@ from cleanpipe.io.filesystems import is_local, iter_blocks, read_bytes, reason
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
 from cleanpipe.io.schemas import check_fields_seen, with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
-from cleanpipe.spec import PipelineSpec
+from cleanpipe.spec import PipelineSpec, check_setting
 from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
 #: batches between two trims of the C heap (see memory.release_free_memory)
@@ -402,6 +402,8 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
         yield from head
         yield from rest
 
+    if workers is not None:  # the Python API's argument, bounded as --workers is
+        check_setting("workers", workers, "workers")
     n_workers = workers or spec.workers or default_workers()
     if state.input_bytes and state.input_bytes < SMALL_INPUT_BYTES and not (
             workers or spec.workers):
