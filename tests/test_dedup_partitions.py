@@ -148,6 +148,45 @@ def test_distributed_steps_match_in_memory(cfg: dict, parts: int) -> None:
     assert local_rep["duplicates"] > 10 and local_rep["contamination"]["rows"] >= 1
 
 
+def _qa_batches(seed: int) -> list[tuple[pa.RecordBatch, np.ndarray]]:
+    """Prompt/answer rows: a few passages each asked several questions (some with the same
+    answer), and edited copies of whole rows."""
+    rnd = random.Random(seed)
+    texts = _corpus(seed, n_base=30)
+    rows = []
+    for k in range(0, len(texts) - 3, 4):
+        passage = " ".join(texts[k:k + 3]) + "."
+        for q in range(rnd.randint(1, 4)):
+            rows.append((f"{passage} question {k} {q} about it?", f"answer {q % 2} {k}"))
+    rows += [(p.replace(" w1", " w2", 1), a) for p, a in rnd.sample(rows, len(rows) // 3)]
+    rows += [("", ""), ("", "only an answer here")]
+    rnd.shuffle(rows)
+    out = []
+    for start in range(0, len(rows), 23):
+        chunk = rows[start:start + 23]
+        b = pa.record_batch({"text": [p for p, _ in chunk], "a": [a for _, a in chunk]})
+        out.append((b, 2 * np.arange(start, start + b.num_rows, dtype=np.int64)))
+    return out
+
+
+@pytest.mark.parametrize("keep", ["first", "longest"])
+def test_distributed_parts_match_in_memory(keep: str) -> None:
+    """Prompt and response compared separately: same decisions and report on both paths."""
+    batches = _qa_batches(seed=3)
+    ref = pa.table({"text": [batches[0][0].column("text")[0].as_py()],
+                    "a": [batches[0][0].column("a")[0].as_py()]})
+    make = lambda: MinHashDedup(prompt_fields=["text"], response_fields=["a"],  # noqa: E731
+                                threshold=0.7, keep=keep, reference=[ref])
+    local_dec, local_rep = _local(make(), batches)
+    dist_dec, dist_rep = _distributed(make(), batches, 3)
+    assert _rows(dist_dec) == _rows(local_dec)
+    assert _without_memory(dist_rep) == _without_memory(local_rep)
+    assert local_rep["compared"] == "prompt and response"
+    assert local_rep["duplicates"] >= 5 and local_rep["contamination"]["rows"] >= 1
+    members = [m for c in local_rep["largest_clusters"] for m in c["members"]]
+    assert any(d["part"] == "prompt" for m in members for d in m["differences"])
+
+
 def test_distributed_steps_on_empty_and_unique_input() -> None:
     for texts in ([""], ["alpha beta gamma delta epsilon", "one two three four five six"]):
         batches = _batches(texts, 10)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from cleanpipe import Pipeline
 from cleanpipe.io.readers import iter_chunks
+from cleanpipe.stage_order import REPAIR
 from cleanpipe.stages.registry import stage_classes
 from tests._robust_helpers import read_parts
 from tests.conftest import realdata
@@ -24,9 +25,10 @@ FUZZ = settings(max_examples=25, deadline=None,
 
 def _stages() -> list:
     """Every registered stage that builds with its defaults (more as branches land),
-    plus a regex filter so that rows are dropped too."""
+    plus a regex filter so that rows are dropped too. The repair stage goes first, as the
+    pipeline loader requires (cleanpipe.stage_order)."""
     out = []
-    for name, cls in stage_classes().items():
+    for name, cls in sorted(stage_classes().items(), key=lambda item: item[0] != REPAIR):
         if name == "regex_filter":
             continue
         try:

@@ -131,6 +131,20 @@ def test_planted_problem_is_caught(planted: Planted, outdir: Path) -> None:
         f" found {sorted(found.get(planted.row_id, set()))}")
 
 
+COSMETIC = [p for p in PLANTED if "cosmetic" in p.problem]
+
+
+@pytest.mark.parametrize("planted", COSMETIC, ids=[f"{p.row_id}-{p.code}" for p in COSMETIC])
+def test_cosmetic_problem_is_only_flagged(planted: Planted, outdir: Path) -> None:
+    """What the manifest calls cosmetic is recorded, and the row is kept as it was."""
+    out = outdir / f"{planted.pipeline}-{planted.file}"
+    caught(planted.pipeline, planted.file, str(out))
+    events = [e for e in pq.read_table(out / "events.parquet").to_pylist()
+              if e["row_id"] == planted.row_id]
+    assert (planted.stage, planted.code) in {(e["stage"], e["code"]) for e in events}
+    assert {e["action"] for e in events} == {"flag"}
+
+
 RUNS = sorted({(p.pipeline, p.file) for p in PLANTED})
 
 

@@ -15,7 +15,8 @@ from tests.conftest import realdata
 
 CONFIGS = {
     "cleanpipe_default": {},
-    "ftfy_default": {"fix_character_width": True, "uncurl_quotes": True},
+    "ftfy_default": {"fix_character_width": True, "uncurl_quotes": True,
+                     "fix_line_breaks": True, "remove_control_chars": True},
     "nfkc_no_html": {"normalization": "NFKC", "unescape_html": False},
 }
 
@@ -32,7 +33,9 @@ def assert_exact(strings: list[str], **params) -> None:
 def test_fixture_exact_and_explained() -> None:
     texts = ["plain ascii", "caf&eacute; &amp; co", "sÃ³lo", "a\r\nb\rc", "ﬁne",
              "\x1b[31mred\x1b[0m", "“中文”，（全角）", None, "", "e\u0301"]
-    stage = UnicodeFix()
+    # line breaks are control_chars' business by default (it runs after this stage)
+    assert UnicodeFix()(texts[3]) == texts[3]
+    stage = UnicodeFix(fix_line_breaks=True)
     res = stage.transform(pa.array(texts, pa.large_string()))
     out = res.texts.to_pylist()
     cfg = stage.ftfy_config()
@@ -52,13 +55,14 @@ def test_repeats_ftfy_where_its_own_output_is_not_stable() -> None:
     # ftfy works per line: fixing the CR makes a new line without the "<" that switched
     # entity decoding off, so a second fix_text would decode "&ap;". One stage pass does both.
     text = "&ap;\r<|endoftext|>"
-    cfg = UnicodeFix().ftfy_config()
+    stage = UnicodeFix(fix_line_breaks=True)
+    cfg = stage.ftfy_config()
     once = ftfy.fix_text(text, cfg)
     assert once == "&ap;\n<|endoftext|>" and ftfy.fix_text(once, cfg) == "≈\n<|endoftext|>"
-    res = UnicodeFix().transform(pa.array([text, "a\rb"], pa.large_string()))
+    res = stage.transform(pa.array([text, "a\rb"], pa.large_string()))
     assert res.texts.to_pylist() == ["≈\n<|endoftext|>", "a\nb"]
     assert res.findings.codes() == {"fix_line_breaks": 2, "unescape_html": 1}
-    again = UnicodeFix().transform(res.texts)
+    again = stage.transform(res.texts)
     assert again.texts.to_pylist() == res.texts.to_pylist() and not again.findings.codes()
 
 

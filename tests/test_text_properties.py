@@ -19,7 +19,8 @@ from tests.conftest import realdata
 
 STAGES = {
     "unicode_fix": UnicodeFix(),
-    "unicode_fix_ftfy_defaults": UnicodeFix(fix_character_width=True, uncurl_quotes=True),
+    "unicode_fix_ftfy_defaults": UnicodeFix(fix_character_width=True, uncurl_quotes=True,
+                                            fix_line_breaks=True, remove_control_chars=True),
     "invisible_chars": InvisibleChars(),
     "control_chars": ControlChars(),
     "whitespace": Whitespace(),
