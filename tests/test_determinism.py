@@ -277,4 +277,4 @@ def test_report_examples_do_not_depend_on_the_batch_size():
 
     small = examples(3)
     assert small == examples(1000)
-    assert small[0][:2] == ("Table:1", "other") and len(small) == 5
+    assert small[0][:2] == ("Table:1", "other") and len(small) >= 5
