@@ -71,6 +71,7 @@ def test_exit_3_on_unreadable_input(tmp_path, capsys) -> None:
     assert code == 3 and io.err
 
 
+@pytest.mark.realdata
 def test_exit_1_on_real_data_min_rows(tmp_path, capsys) -> None:
     data = realdata("sft_self_instruct_t0_50k", "data_per_template", "trec_trec1.jsonl")
     pipe = tmp_path / "pipe.yaml"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from cleanpipe.stages.control_chars import ControlChars
 from tests._text_corpora import folder_strings
@@ -46,6 +47,7 @@ def test_surrogates_in_bytes() -> None:
     res.texts.validate(full=True)
 
 
+@pytest.mark.realdata
 def test_fewclue_line_separators() -> None:
     strings = folder_strings(realdata("cls_fewclue_tnews_iflytek_eprstmt"))
     with_ls = sum("\u2028" in s for s in strings)
@@ -55,6 +57,7 @@ def test_fewclue_line_separators() -> None:
     assert not any("\u2028" in s for s in res.texts.to_pylist())
 
 
+@pytest.mark.realdata
 def test_medicalgpt_replacement_chars_flagged_not_changed() -> None:
     strings = folder_strings(realdata("sft_medicalgpt_zh"))
     n = sum("\ufffd" in s for s in strings)

@@ -101,6 +101,7 @@ def test_normalization_inert_set_is_closed_under_concatenation() -> None:
     assert unicodedata.normalize("NFC", "é\u00e8中ض") == "é\u00e8中ض"
 
 
+@pytest.mark.realdata
 def test_ftfy_testcases_exact() -> None:
     folder = realdata("ftfy_testcases")
     strings = [folder.joinpath("face.txt").read_text(encoding="utf-8")]
@@ -111,6 +112,7 @@ def test_ftfy_testcases_exact() -> None:
         assert_exact(strings, **params)
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("folder", ["sft_llamafactory_demos", "sft_medicalgpt_zh"])
 def test_sft_sets_exact(folder: str) -> None:
     strings = folder_strings(realdata(folder))
@@ -118,18 +120,21 @@ def test_sft_sets_exact(folder: str) -> None:
     assert_exact(strings)
 
 
+@pytest.mark.realdata
 def test_tldr_subset_exact() -> None:
     path = realdata("corpus_tldr_pages", "tldr_pages.jsonl")
     lines = path.read_text(encoding="utf-8").splitlines()[::5]
     assert_exact([s for line in lines for s in strings_in(json.loads(line))])
 
 
+@pytest.mark.realdata
 def test_t0_subset_exact() -> None:
     strings = folder_strings(realdata("sft_self_instruct_t0_50k", "data_per_template"), every=12)
     assert len(strings) > 5000
     assert_exact(strings)
 
 
+@pytest.mark.realdata
 @pytest.mark.slow
 def test_full_corpora_exact() -> None:
     path = realdata("corpus_tldr_pages", "tldr_pages.jsonl")
@@ -143,6 +148,7 @@ def test_full_corpora_exact() -> None:
                      uncurl_quotes=True)
 
 
+@pytest.mark.realdata
 def test_alpaca_zh_default_untouched_but_ftfy_defaults_rewrite() -> None:
     records = json.loads(realdata("sft_llamafactory_demos", "alpaca_zh_demo.json").read_text(
         encoding="utf-8"))

@@ -54,6 +54,7 @@ def test_arbitrary_unicode(name: str, texts: list[str]) -> None:
     check(STAGES[name], texts)
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("name", sorted(STAGES))
 def test_blns(name: str) -> None:
     strings = json.loads(realdata("blns", "blns.json").read_text(encoding="utf-8"))

@@ -189,6 +189,7 @@ def test_s3_check_writes_reports_to_a_uri(s3: S3, tmp_path: Path, capsys) -> Non
         assert json.loads(fh.readall())["totals"]["quarantined"] == 1
 
 
+@pytest.mark.realdata
 def test_s3_t0_shards_same_as_local(s3: S3, tmp_path: Path) -> None:
     src = realdata("sft_self_instruct_t0_50k", "data_per_template")
     names = ["trec_fine_grained_HUM.jsonl",  # an empty shard
