@@ -24,6 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATASET, REPO, RESULTS, command_line, measure, require_data
 
+sys.path.insert(0, str(REPO / "tests"))
+from read_only_install import read_only_copy
+
 ROWS = 1000
 PIPELINE = "sft_prompt_completion.yaml"
 
@@ -38,15 +41,6 @@ def _input(folder: Path) -> Path:
             break
     out.write_text("\n".join(lines[:ROWS]) + "\n", encoding="utf-8")
     return out
-
-
-def _install(folder: Path) -> Path:
-    site = folder / "site"
-    shutil.copytree(REPO / "cleanpipe", site / "cleanpipe",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
-    for p in sorted(site.rglob("*"), reverse=True):
-        p.chmod(0o555 if p.is_dir() else 0o444)
-    return site
 
 
 def _run(site: Path, home: Path, data: Path, report: Path) -> tuple[float, float]:
@@ -70,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
         root = Path(tmp)
-        data, site = _input(root), _install(root)
+        data, site = _input(root), read_only_copy(root)
         warm_home = root / "warm"
         warm_home.mkdir()
         _run(site, warm_home, data, root / "r")  # fills the warm cache

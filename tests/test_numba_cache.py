@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from cleanpipe.numba_cache import user_cache_dir
+from read_only_install import read_only_copy
 
-REPO = Path(__file__).resolve().parent.parent
+from cleanpipe.numba_cache import user_cache_dir
 
 # Runs two kernel-backed stages and reports where numba cached them and whether the
 # kernels came from that cache (hits) or were compiled (misses).
@@ -39,16 +38,6 @@ print(json.dumps({"cache_dir": numba.config.CACHE_DIR, "package": pkg,
                   "package_writable": os.access(pkg, os.W_OK), "kept": kept, "fixed": fixed,
                   "hits": hits, "misses": misses}))
 """
-
-
-def _read_only_copy(root: Path) -> Path:
-    site = root / "site"
-    shutil.copytree(REPO / "cleanpipe", site / "cleanpipe",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
-    for p in sorted(site.rglob("*"), reverse=True):
-        p.chmod(0o555 if p.is_dir() else 0o444)
-    site.chmod(0o555)
-    return site
 
 
 # One small kernel: enough to see where its cache lands.
@@ -80,7 +69,7 @@ def test_user_cache_dir_follows_xdg_then_home() -> None:
 
 
 def test_read_only_package_caches_kernels_per_user(tmp_path: Path) -> None:
-    site = _read_only_copy(tmp_path)
+    site = read_only_copy(tmp_path)
     home = tmp_path / "home"
     home.mkdir()
     first = _run(site, home)
@@ -99,7 +88,7 @@ def test_read_only_package_caches_kernels_per_user(tmp_path: Path) -> None:
 
 
 def test_user_numba_cache_dir_is_kept(tmp_path: Path) -> None:
-    site = _read_only_copy(tmp_path)
+    site = read_only_copy(tmp_path)
     home = tmp_path / "home"
     home.mkdir()
     mine = home / "mine"
