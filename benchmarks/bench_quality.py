@@ -18,7 +18,7 @@ Bounds: recall >= 0.97 in every class, <= 0.5% of clean rows changed, no clean r
 sequence changed. A class the pipeline has no stage for (e.g. special tokens without a
 ``special_tokens`` stage) is listed as not covered and not counted against the bounds.
 
-    .venv/bin/python benchmarks/bench_quality.py [--rows 1000] [--only sft_alpaca,...]
+    .venv/bin/python benchmarks/bench_quality.py [--rows 800] [--only sft_alpaca,...]
 
 Writes benchmarks/results/quality.md; exits 1 when a bound fails.
 """
@@ -367,12 +367,12 @@ def judge(pipeline: str, stages: set[str], corpus: Corpus, outcome: Outcome,
             events = ",".join(sorted(outcome.codes.get(row.qid, ()))) or "no events"
             misses[row.cls].append(f"qid {row.qid} ({row.note or row.expect}): {fate} "
                                    f"[{events}] {got}")
-    for row in corpus.rows:  # clean rows that changed, for the record
-        if row.cls == "clean" and len(misses["clean"]) < 3:
+    for row in corpus.rows:  # rows that had to stay as they were and did not, for the record
+        if row.expect == "unchanged" and len(misses["clean"]) < 3:
             out = outcome.kept.get(row.qid)
             if out is None or not same_record(shape, out, row.rec):
                 misses["clean"].append(
-                    f"qid {row.qid}: " + (f"dropped by {outcome.dropped.get(row.qid)}"
+                    f"qid {row.qid} ({row.cls}): " + (f"dropped by {outcome.dropped.get(row.qid)}"
                                           if out is None else "changed: " +
                                           _diff(_project(shape, row.rec), _project(shape, out))))
     recall = {c: (hits[c], planted[c]) for c in planted}
@@ -428,24 +428,36 @@ def evaluate(rows: int, only: set[str] | None = None, workers: int | None = None
 # --------------------------------------------------------------------------- report
 
 
+#: what each class must come out as
+EXPECT = {"replacement_char": "flagged", "same_passage": "kept unchanged",
+          "legit_unicode": "kept unchanged", "exact_duplicate": "dropped",
+          "near_duplicate": "dropped", "empty_answer": "dropped", "null_answer": "dropped",
+          "overlong": "dropped", "window_prompt": "dropped", "unknown_label": "dropped",
+          "null_label": "dropped"}
+
+
 def table(results: list[Result]) -> str:
-    classes = sorted({c for r in results for c in r.recall})
-    head = ["pipeline", "corpus", *classes, "clean rows changed", "trained seq. changed"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in results:
+    """One row per class, one column per pipeline/corpus run."""
+    classes = sorted({c for r in results for c in (*r.recall, *r.not_covered)})
+    head = ["class", "expected", *(f"{r.pipeline} / {r.corpus}" for r in results)]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(results)]
+    for c in classes:
         cells = []
-        for c in classes:
+        for r in results:
             if c in r.recall:
                 h, n = r.recall[c]
-                mark = "" if h / n >= MIN_RECALL else " ✗"
-                cells.append(f"{h}/{n}{mark}")
+                cells.append(f"{h}/{n}" + ("" if h / n >= MIN_RECALL else " ✗"))
             else:
                 cells.append("n/c" if c in r.not_covered else "")
+        lines.append("| " + " | ".join([c, EXPECT.get(c, "repaired"), *cells]) + " |")
+    changed = []
+    for r in results:
         frac = r.clean_changed / r.clean if r.clean else 0.0
-        cells.append(f"{r.clean_changed}/{r.clean} ({frac:.1%})"
-                     + (" ✗" if frac > MAX_CLEAN_CHANGED else ""))
-        cells.append(f"{r.token_changed}" + (" ✗" if r.token_changed else ""))
-        lines.append("| " + " | ".join([r.pipeline, r.corpus, *cells]) + " |")
+        changed.append(f"{r.clean_changed}/{r.clean} ({frac:.1%})"
+                       + (" ✗" if frac > MAX_CLEAN_CHANGED else ""))
+    lines.append("| **clean rows changed** | ≤ 0.5% | " + " | ".join(changed) + " |")
+    lines.append("| **clean rows, trained sequence changed** | 0 | " + " | ".join(
+        f"{r.token_changed}" + (" ✗" if r.token_changed else "") for r in results) + " |")
     return "\n".join(lines)
 
 
@@ -456,8 +468,10 @@ def report(results: list[Result], unmatched: list[str], rows: int, command: str)
              f"on the Qwen3 tokenizer with max_length {MAX_LENGTH}. Cells: rows that came out "
              f"as expected / rows planted. Bounds: recall ≥ {MIN_RECALL} per class, ≤ "
              f"{MAX_CLEAN_CHANGED:.1%} clean rows changed, 0 clean rows whose trained token "
-             "sequence (ids + loss mask) changed. `n/c`: the pipeline has no stage for the "
-             "class (not counted).", "", table(results), ""]
+             "sequence (ids + loss mask) changed; clean rows are all rows expected unchanged "
+             "(plain clean rows, the legitimate-character rows and the shared-passage pairs). "
+             "`n/c`: the pipeline has no stage for the class (not counted).", "",
+             table(results), ""]
     for r in results:
         if r.not_covered:
             lines.append(f"- {r.pipeline} / {r.corpus} not covered: " + "; ".join(
@@ -482,7 +496,7 @@ def report(results: list[Result], unmatched: list[str], rows: int, command: str)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=1000, help="rows per corpus")
+    ap.add_argument("--rows", type=int, default=800, help="rows per corpus")
     ap.add_argument("--only", help="comma-separated pipeline names")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--no-write", action="store_true", help="print only")

@@ -465,9 +465,10 @@ def build(shape: Shape, records: list[dict[str, Any]], rows: int, *, seed: int,
     at least 3 times. Same inputs and seed => same rows."""
     rng = random.Random(seed)
 
+    optional = {(c,) for c in shape.prompt[1:]}  # alpaca's `input` is often empty
+
     def usable(r: dict[str, Any]) -> bool:
-        texts = [get(r, p) for p in shape.paths(r)]
-        texts = [t for t in texts if t != ""]  # alpaca's empty `input` is normal
+        texts = [get(r, p) for p in shape.paths(r) if not (p in optional and get(r, p) == "")]
         joined = "\n".join(texts)
         # a token covers at least one character (bar rare emoji): count only long texts
         return (bool(texts) and all(is_clean_text(t) for t in texts)
@@ -481,7 +482,9 @@ def build(shape: Shape, records: list[dict[str, Any]], rows: int, *, seed: int,
     plan = Plan(shape, rng, token_len, max_length, pool)
     classes = classes_for(shape)
     per_class = max(3, round(rows * 0.55 / len(classes)))
-    n_clean = max(1, rows - per_class * len(classes))
+    # a small set (alpaca demo: 1,000 records) must keep records for every class
+    n_clean = max(per_class, min(rows - per_class * len(classes),
+                                 len(pool) - per_class * (len(classes) + 1)))
     clean: list[Row] = []
     for _ in range(n_clean):
         rec = plan.take()
@@ -526,7 +529,7 @@ def _passage_pair(plan: Plan) -> tuple[dict[str, Any], dict[str, Any]] | None:
                             + b[shape.chat][0]["value"]}, copy.deepcopy(b[shape.chat][1])]}
         return a, b2
     passage_col = shape.prompt[-1]
-    a = plan.take(lambda r: len((r[passage_col] or "").split()) >= 60 or
+    a = plan.take(lambda r: len((r[passage_col] or "").split()) >= 40 or
                   (has_cjk(r[passage_col] or "") and len(r[passage_col]) >= 50))
     b = plan.take()
     if a is None or b is None:
