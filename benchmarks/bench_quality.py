@@ -185,12 +185,16 @@ class Trainer:
         text = self.template.render(messages=msgs, add_generation_prompt=False)
         spans, cursor = [], 0
         for m in msgs:
-            at = text.find(m["content"], cursor)
+            content = m["content"]
+            at = text.find(content, cursor)
+            if at < 0:  # Qwen3's template strips an answer's leading newlines
+                content = content.lstrip("\n")
+                at = text.find(content, cursor)
             if at < 0:
                 continue
             if m["role"] == "assistant":
-                spans.append((at, at + len(m["content"])))
-            cursor = at + len(m["content"])
+                spans.append((at, at + len(content)))
+            cursor = at + len(content)
         enc = self.tok.encode(text, add_special_tokens=False)
         mask = tuple(int(any(a < e and b > s for s, e in spans)) for a, b in enc.offsets)
         return tuple(enc.ids), mask
