@@ -111,6 +111,9 @@ def _banking(root: Path) -> list[dict[str, Any]]:
         return [{"text": r["text"], "label": r["category"]} for r in csv.DictReader(fh)]
 
 
+#: records given as they are, which must come out unchanged
+LEGIT = {"t0": [{"prompt": "The sky is", "completion": " blue."}]}  # TRL's own example
+
 CORPORA: dict[str, tuple[qc.Shape, Callable[[Path, int], list[dict[str, Any]]]]] = {
     "alpaca_en": (qc.ALPACA, lambda root, n: _alpaca(root, "en")),
     "alpaca_zh": (qc.ALPACA, lambda root, n: _alpaca(root, "zh")),
@@ -127,7 +130,7 @@ def build_corpus(name: str, root: Path, rows: int, token_len: Callable[[str], in
     pairs = qc.t0_records(root, 0)[1] if name == "t0" else None
     corpus = Corpus(name, shape, qc.build(shape, load(root, rows), rows, seed=SEED,
                                           token_len=token_len, max_length=MAX_LENGTH,
-                                          same_passage=pairs))
+                                          same_passage=pairs, legit=LEGIT.get(name, [])))
     if name == "banking77":
         corpus.labels_file = root / "cls_banking77" / "categories.json"
     return corpus

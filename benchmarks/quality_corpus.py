@@ -11,20 +11,23 @@ the pool, so a clean row is clean. Then every row is either
 * **planted**: a pool record with one defect planted, and the expected outcome:
   *repaired* (to the pool text), *dropped*, or *flagged*.
 
-Same seed, same rows => same corpus. Example (a tiny alpaca corpus from inline records)::
+Same seed, same rows => same corpus. Example (a tiny alpaca corpus from made-up records)::
 
-    >>> recs = [{"instruction": f"Question number {i} about topic {i * 7}?", "input": "",
-    ...          "output": f"Answer {i}: " + " ".join(f"word{i}x{j}" for j in range(120))}
-    ...         for i in range(60)]
-    >>> rows = build(ALPACA, recs, 40, seed=1, token_len=lambda s: len(s.split()),
-    ...              max_length=400)
-    >>> rows == build(ALPACA, recs, 40, seed=1, token_len=lambda s: len(s.split()),
-    ...               max_length=400)
+    >>> words = [f"w{i}" for i in range(3000)]
+    >>> recs = [{"instruction": f"Question {i}?", "input": "",
+    ...          "output": " ".join(random.Random(i).sample(words, 150))} for i in range(200)]
+    >>> def corpus():
+    ...     return build(ALPACA, recs, 120, seed=1, token_len=lambda s: len(s.split()),
+    ...                  max_length=400)
+    >>> rows = corpus()
+    >>> rows == corpus()
     True
-    >>> sorted({r.cls for r in rows})[:4]
-    ['bidi', 'c0_control', 'c1_control', 'clean']
-    >>> next(r for r in rows if r.cls == "zero_width").expect
-    'repaired'
+    >>> sorted({r.cls for r in rows})[:5]
+    ['bidi', 'c0_control', 'c1_control', 'clean', 'empty_answer']
+    >>> row = next(r for r in rows if r.cls == "zero_width")
+    >>> row.expect, sum("\u200b" <= c <= "\u2060" or c == "\ufeff"
+    ...                 for v in row.rec.values() for c in v)
+    ('repaired', 1)
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import copy
 import json
 import random
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -459,10 +462,11 @@ def classes_for(shape: Shape) -> list[str]:
 
 def build(shape: Shape, records: list[dict[str, Any]], rows: int, *, seed: int,
           token_len: Callable[[str], int], max_length: int,
-          same_passage: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
-          ) -> list[Row]:
+          same_passage: list[tuple[dict[str, Any], dict[str, Any]]] | None = None,
+          legit: Sequence[dict[str, Any]] = ()) -> list[Row]:
     """``rows`` corpus rows from ``records``: about 45% clean, the rest planted, every class
-    at least 3 times. Same inputs and seed => same rows."""
+    at least 3 times, plus the ``legit`` records as they are (must stay unchanged). Same
+    inputs and seed => same rows."""
     rng = random.Random(seed)
 
     optional = {(c,) for c in shape.prompt[1:]}  # alpaca's `input` is often empty
@@ -492,6 +496,8 @@ def build(shape: Shape, records: list[dict[str, Any]], rows: int, *, seed: int,
             break
         plan.add(rec, "clean", "unchanged")
         clean.append(plan.rows[-1])
+    for rec in legit:
+        plan.add(copy.deepcopy(rec), "legit_unicode", "unchanged", note="given")
     pairs = iter(same_passage or [])
     for cls in classes:
         for _ in range(per_class):
