@@ -46,7 +46,8 @@ import ftfy.bad_codecs
 import xxhash
 from datasketch import MinHash, MinHashLSH
 
-Path_ = tuple[Any, ...]  # a text's place in a record: ("output",) or ("conversations", 3, "value")
+#: where a text sits in a record: ("output",) or ("conversations", 3, "value")
+TextPath = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -60,21 +61,21 @@ class Shape:
     text: tuple[str, ...] = ()  # plain text columns (pretraining, classification)
     label: str | None = None
 
-    def paths(self, rec: dict[str, Any]) -> list[Path_]:
+    def paths(self, rec: dict[str, Any]) -> list[TextPath]:
         """Every text of ``rec`` (answer last for prompt/answer records)."""
         if self.chat:
             return [(self.chat, i, "value") for i in range(len(rec[self.chat]))]
         cols = [*self.prompt, *([self.answer] if self.answer else []), *self.text]
         return [(c,) for c in cols]
 
-    def answer_path(self, rec: dict[str, Any]) -> Path_ | None:
+    def answer_path(self, rec: dict[str, Any]) -> TextPath | None:
         if self.chat:
             turns = rec[self.chat]
             return next(((self.chat, i, "value") for i in range(len(turns) - 1, -1, -1)
                          if turns[i]["from"] == "gpt"), None)
         return (self.answer,) if self.answer else None
 
-    def prompt_path(self, rec: dict[str, Any]) -> Path_ | None:
+    def prompt_path(self, rec: dict[str, Any]) -> TextPath | None:
         if self.chat:
             return next(((self.chat, i, "value") for i, t in enumerate(rec[self.chat])
                          if t["from"] == "human"), None)
@@ -88,13 +89,13 @@ TEXT = Shape("text", text=("text",))
 CLASSIFICATION = Shape("classification", text=("text",), label="label")
 
 
-def get(rec: dict[str, Any], path: Path_) -> Any:
+def get(rec: dict[str, Any], path: TextPath) -> Any:
     for p in path:
         rec = rec[p]
     return rec
 
 
-def put(rec: dict[str, Any], path: Path_, value: Any) -> None:
+def put(rec: dict[str, Any], path: TextPath, value: Any) -> None:
     for p in path[:-1]:
         rec = rec[p]
     rec[path[-1]] = value
