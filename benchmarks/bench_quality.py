@@ -87,17 +87,18 @@ def _alpaca(root: Path, lang: str) -> list[dict[str, Any]]:
     return [{k: r[k] for k in ("instruction", "input", "output")} for r in qc.read_records(path)]
 
 
-def _sharegpt(root: Path) -> list[dict[str, Any]]:
-    """Conversations that alternate human/gpt and end with an answer (the others are
-    malformed for SFT, and the schema stage rightly drops them)."""
-    path = root / "sft_medicalgpt_zh" / "sharegpt_zh_1K_format.jsonl"
+def _chats(root: Path, name: str, shape: qc.Shape) -> list[dict[str, Any]]:
+    """MedicalGPT's ShareGPT conversations that alternate human/gpt and end with an answer
+    (the others are malformed for SFT, and the schema stage rightly drops them), in the
+    form of ``shape`` (ShareGPT, or OpenAI messages)."""
     out = []
-    for r in qc.read_records(path):
-        turns = [{"from": t["from"], "value": t["value"]} for t in r["conversations"]]
-        roles = [t["from"] for t in turns]
-        if len(turns) >= 2 and len(turns) % 2 == 0 and roles == ["human", "gpt"] * (len(turns)
-                                                                                  // 2):
-            out.append({"conversations": turns})
+    for r in qc.read_records(root / "sft_medicalgpt_zh" / name):
+        roles = [t["from"] for t in r["conversations"]]
+        if len(roles) >= 2 and roles == ["human", "gpt"] * (len(roles) // 2):
+            role, text = shape.turn
+            out.append({shape.chat: [
+                {role: shape.roles[t["from"] == "gpt"], text: t["value"]}
+                for t in r["conversations"]]})
     return out
 
 
@@ -121,7 +122,10 @@ CORPORA: dict[str, tuple[qc.Shape, Callable[[Path, int], list[dict[str, Any]]]]]
     "alpaca_en": (qc.ALPACA, lambda root, n: _alpaca(root, "en")),
     "alpaca_zh": (qc.ALPACA, lambda root, n: _alpaca(root, "zh")),
     "t0": (qc.PROMPT_COMPLETION, lambda root, n: qc.t0_records(root, max(10, n // 40))[0]),
-    "sharegpt_zh": (qc.SHAREGPT, lambda root, n: _sharegpt(root)),
+    "sharegpt_zh": (qc.SHAREGPT,
+                    lambda root, n: _chats(root, "sharegpt_zh_1K_format.jsonl", qc.SHAREGPT)),
+    "medical_openai_zh": (qc.OPENAI, lambda root, n: _chats(
+        root, "medical_sft_1K_format.jsonl", qc.OPENAI)),
     "c4": (qc.TEXT, lambda root, n: _c4(root)),
     "banking77": (qc.CLASSIFICATION, lambda root, n: _banking(root)),
 }
@@ -152,7 +156,7 @@ def corpora_for(spec: dict[str, Any]) -> list[str]:
     if fields == ["text"]:
         return ["c4"]
     if fields is None and "schema" in names:
-        return ["sharegpt_zh"]
+        return ["sharegpt_zh", "medical_openai_zh"]
     return []
 
 
@@ -210,10 +214,11 @@ class Trainer:
             user = (rec["instruction"] or "") + ("\n" + rec["input"] if rec["input"] else "")
             return self._chat([{"role": "user", "content": user},
                                {"role": "assistant", "content": rec["output"] or ""}])
-        if shape is qc.SHAREGPT:
-            role = {"human": "user", "gpt": "assistant", "system": "system"}
-            return self._chat([{"role": role[t["from"]], "content": t["value"] or ""}
-                               for t in rec["conversations"]])
+        if shape.chat:
+            role = {shape.roles[0]: "user", shape.roles[1]: "assistant", "system": "system"}
+            key, text = shape.turn
+            return self._chat([{"role": role[t[key]], "content": t[text] or ""}
+                               for t in rec[shape.chat]])
         if shape is qc.PROMPT_COMPLETION:  # TRL: ids(prompt), ids(prompt + completion) + EOS
             prompt = self._ids(rec["prompt"] or "")
             full = self._ids((rec["prompt"] or "") + (rec["completion"] or ""))
@@ -300,7 +305,7 @@ def same_record(shape: qc.Shape, a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def _project(shape: qc.Shape, rec: dict[str, Any]) -> Any:
     if shape.chat:
-        return [(t.get("from"), t.get("value")) for t in rec.get(shape.chat) or []]
+        return [tuple(t.get(k) for k in shape.turn) for t in rec.get(shape.chat) or []]
     cols = [*shape.prompt, *([shape.answer] if shape.answer else []), *shape.text,
             *([shape.label] if shape.label else [])]
     return [rec.get(c) for c in cols]
@@ -486,6 +491,11 @@ def report(results: list[Result], unmatched: list[str], rows: int, command: str)
              "sequence (ids + loss mask) changed; clean rows are all rows expected unchanged "
              "(plain clean rows, the legitimate-character rows and the shared-passage pairs). "
              "`n/c`: the pipeline has no stage for the class (not counted).", "",
+             "Corpora (real records of ../shared/data): alpaca_en / alpaca_zh: LLaMA-Factory's "
+             "alpaca demos; t0: self-instruct t0 prompt/completion shards; sharegpt_zh: "
+             "MedicalGPT's ShareGPT conversations; medical_openai_zh: MedicalGPT's medical SFT "
+             "as OpenAI messages; c4: LLaMA-Factory's c4 demo, one paragraph a document; "
+             "banking77: intent text and label.", "",
              table(results), ""]
     for r in results:
         if r.not_covered:

@@ -57,34 +57,37 @@ class Shape:
     name: str
     prompt: tuple[str, ...] = ()  # columns that form the prompt (alpaca, prompt/completion)
     answer: str | None = None  # the supervised column
-    chat: str | None = None  # chat column (ShareGPT turns)
+    chat: str | None = None  # chat column: a list of turns
+    turn: tuple[str, str] = ("from", "value")  # a turn's role key and text key
+    roles: tuple[str, str] = ("human", "gpt")  # the user's and the assistant's role names
     text: tuple[str, ...] = ()  # plain text columns (pretraining, classification)
     label: str | None = None
 
     def paths(self, rec: dict[str, Any]) -> list[TextPath]:
         """Every text of ``rec`` (answer last for prompt/answer records)."""
         if self.chat:
-            return [(self.chat, i, "value") for i in range(len(rec[self.chat]))]
+            return [(self.chat, i, self.turn[1]) for i in range(len(rec[self.chat]))]
         cols = [*self.prompt, *([self.answer] if self.answer else []), *self.text]
         return [(c,) for c in cols]
 
     def answer_path(self, rec: dict[str, Any]) -> TextPath | None:
         if self.chat:
             turns = rec[self.chat]
-            return next(((self.chat, i, "value") for i in range(len(turns) - 1, -1, -1)
-                         if turns[i]["from"] == "gpt"), None)
+            return next(((self.chat, i, self.turn[1]) for i in range(len(turns) - 1, -1, -1)
+                         if turns[i][self.turn[0]] == self.roles[1]), None)
         return (self.answer,) if self.answer else None
 
     def prompt_path(self, rec: dict[str, Any]) -> TextPath | None:
         if self.chat:
-            return next(((self.chat, i, "value") for i, t in enumerate(rec[self.chat])
-                         if t["from"] == "human"), None)
+            return next(((self.chat, i, self.turn[1]) for i, t in enumerate(rec[self.chat])
+                         if t[self.turn[0]] == self.roles[0]), None)
         return (self.prompt[-1],) if self.prompt else None
 
 
 ALPACA = Shape("alpaca", prompt=("instruction", "input"), answer="output")
 PROMPT_COMPLETION = Shape("prompt_completion", prompt=("prompt",), answer="completion")
 SHAREGPT = Shape("sharegpt", chat="conversations")
+OPENAI = Shape("openai", chat="messages", turn=("role", "content"), roles=("user", "assistant"))
 TEXT = Shape("text", text=("text",))
 CLASSIFICATION = Shape("classification", text=("text",), label="label")
 
@@ -406,8 +409,9 @@ def _window_prompt(plan: Plan) -> bool:
         if rec is None:
             return False
         rec[shape.chat] = rec[shape.chat][:2]
-        first = rec[shape.chat][1]["value"].split("\n")[0]
-        rec[shape.chat][1]["value"] = first.split("。")[0] + ("。" if "。" in first else "")
+        text_key = shape.turn[1]
+        first = rec[shape.chat][1][text_key].split("\n")[0]
+        rec[shape.chat][1][text_key] = first.split("。")[0] + ("。" if "。" in first else "")
     else:
         rec = plan.take(lambda r: (shape.answer_path(r) is not None
                                    and plan.token_len(get(r, shape.answer_path(r))) < 40))
@@ -528,12 +532,13 @@ def _passage_pair(plan: Plan) -> tuple[dict[str, Any], dict[str, Any]] | None:
     is, and B's question and answer asked about A's passage."""
     shape = plan.shape
     if shape.chat:
-        a = plan.take(lambda r: len(r[shape.chat]) >= 2 and len(r[shape.chat][0]["value"]) > 200)
+        role, text = shape.turn
+        a = plan.take(lambda r: len(r[shape.chat]) >= 2 and len(r[shape.chat][0][text]) > 200)
         b = plan.take(lambda r: len(r[shape.chat]) >= 2)
         if a is None or b is None:
             return None
-        b2 = {shape.chat: [{"from": "human", "value": a[shape.chat][0]["value"] + "\n\n"
-                            + b[shape.chat][0]["value"]}, copy.deepcopy(b[shape.chat][1])]}
+        b2 = {shape.chat: [{role: shape.roles[0], text: a[shape.chat][0][text] + "\n\n"
+                            + b[shape.chat][0][text]}, copy.deepcopy(b[shape.chat][1])]}
         return a, b2
     passage_col = shape.prompt[-1]
     a = plan.take(lambda r: len((r[passage_col] or "").split()) >= 40 or
