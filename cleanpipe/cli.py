@@ -355,6 +355,8 @@ def _register_commands(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cleanpipe.engine.termination import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+
     parser = build_parser()
     raw = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -366,12 +368,16 @@ def main(argv: list[str] | None = None) -> int:
                                 "UsageError")
         raise
     try:
-        return int(args.func(args))
+        with sigterm_as_interrupt():
+            return int(args.func(args))
     except BrokenPipeError:
         # `cleanpipe stages | head`: the reader left; not an error
         sys.stderr = open(os.devnull, "w")
         return EXIT_PASS
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):
+            print("cleanpipe: terminated (SIGTERM)", file=sys.stderr)
+            return EXIT_TERMINATED
         print("cleanpipe: interrupted", file=sys.stderr)
         return 130
     except BaseException as exc:

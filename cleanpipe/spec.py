@@ -27,6 +27,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cleanpipe.stage_order import StageOrderError, check_stage_order
 from cleanpipe.stages.base import Stage
 
 
@@ -180,11 +181,14 @@ def _raise_validation(err: ValidationError, model: type[BaseModel], base: tuple[
 
 def build_stage(entry: Any, index: int, source: str | None = None,
                 lines: dict[tuple[Any, ...], int] | None = None) -> Stage:
-    """A stage object from one ``stages:`` entry (``{stage: NAME, ...params}``)."""
+    """A stage object from one ``stages:`` entry (``{stage: NAME, ...params}``, or a stage
+    object built in code, taken as it is)."""
     from cleanpipe.stages.registry import get_stage_class, stage_classes
 
     lines = lines or {}
     loc: tuple[Any, ...] = ("stages", index)
+    if isinstance(entry, Stage):
+        return entry
     if isinstance(entry, str):
         entry = {"stage": entry}
     if not isinstance(entry, dict) or "stage" not in entry:
@@ -232,6 +236,11 @@ def spec_from_dict(data: Any, source: str | None = None, text: str | None = None
         _raise_validation(err, PipelineSpec, (), source, lines)
         raise  # pragma: no cover
     spec.stages = [build_stage(e, i, source, lines) for i, e in enumerate(raw_stages)]
+    try:
+        check_stage_order(spec.stages)
+    except StageOrderError as err:
+        loc = ("stages", err.index)
+        raise ConfigError(f"{_where(source, lines, loc)}: {err}") from None
     gm = _gate_model()
     if raw_gate is not None and gm is not None:
         try:

@@ -53,7 +53,8 @@ def _mixed_input(tmp_path: Path) -> Path:
     return d
 
 
-@pytest.mark.parametrize("which", ["fixture", "instructionwild"])
+@pytest.mark.parametrize("which", ["fixture", pytest.param("instructionwild",
+                                                 marks=pytest.mark.realdata)])
 def test_byte_identical_across_runs_workers_and_batches(tmp_path, capsys, which):
     src = _mixed_input(tmp_path) if which == "fixture" else realdata("sft_instructionwild")
     a = _run(tmp_path, capsys, src, "a", "--workers", "1")

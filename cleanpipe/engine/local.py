@@ -37,6 +37,7 @@ from cleanpipe.engine.memory import release_free_memory, returning_pool, use_ret
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.fault_points import pause_point
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.io.filesystems import is_local, iter_blocks, read_bytes, reason
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
@@ -310,6 +311,8 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
                 rows.read_events = _read_fix_events(chunk, ids, seq, state)
             state.read += n
             progress.advance_rows(n)
+            if state.read > n:  # the second batch: the workers have the first
+                pause_point("read")
             yield rows
         base += top + 1
     if spec.fields and seen:
@@ -423,6 +426,8 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
                         if sinks.kept is not None:
                             sinks.kept(res.rows)
                         yield res.rows
+                    if n_res == 2:
+                        pause_point("midrun")
                 break
             g = stages[seg.closing]
             assert isinstance(g, GlobalStage)

@@ -29,7 +29,6 @@ import pyarrow as pa
 
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import plain_input
 from cleanpipe.stages.base import Action, TextResult, TextStage
 
 _ZW = (0x200B, 0x2060, 0x180E)
@@ -142,6 +141,3 @@ def _scan() -> ByteScan:
     # One group per rule of ``InvisibleChars._rules``, in the same order.
     return ByteScan([(0xFEFF,), (*_ZW, 0xFEFF), (0x200C, 0x200D), _BIDI, (0xAD,), (_TAGS,),
                      ((0xFFF9, 0xFFFB),), ((0x2061, 0x2064),), ((0x206A, 0x206F),)])
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))

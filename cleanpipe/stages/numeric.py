@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, BatchStage, Findings
 
 #: what Arrow's string-to-float cast reads: decimal and exponent forms, nan, inf, infinity
@@ -49,7 +50,7 @@ class NumericCheck(BatchStage):
                 found.add(np.arange(batch.num_rows), "not_numeric", self.action_of("not_numeric"),
                           field=f, detail=f"column {f!r} is missing")
                 continue
-            col = batch.column(idx)
+            col = typed_nulls(batch.column(idx), pa.float64())
             text = np.zeros(batch.num_rows, dtype=bool)
             if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
                 is_num = pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import PrivateAttr, model_validator
 
-from cleanpipe.stages._text_util import examples, plain_input, put, regex_mask
+from cleanpipe.stages._text_util import examples, put, regex_mask
 from cleanpipe.stages.base import Action, Findings, StageError, TextResult, TextStage
 
 
@@ -98,6 +98,3 @@ class SpecialTokens(TextStage):
         if out is sub:
             return TextResult(texts, found, metrics)
         return TextResult(put(texts, rows, out), found, metrics)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))
