@@ -68,7 +68,7 @@ class GateConfig(BaseModel):
     does an output with no rows (``min_rows_out`` defaults to 1).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_dropped_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     """Most rows, as a fraction of rows read, that may be quarantined overall."""

@@ -165,7 +165,8 @@ class PartWriter:
     def _flush(self, final: bool) -> None:
         assert self._writer is not None and self._pending is not None
         for group in self._pending.full(final):
-            self._writer.write_table(group, row_group_size=group.num_rows)
+            # one chunk per group: Parquet pages follow chunks, and chunks follow batches
+            self._writer.write_table(group.combine_chunks(), row_group_size=group.num_rows)
 
     def _close_current(self) -> None:
         if self._writer is not None:

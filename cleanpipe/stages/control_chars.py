@@ -35,7 +35,7 @@ from ftfy.fixes import fix_surrogates
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
 from cleanpipe.stages._text_util import put, regex_mask
-from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+from cleanpipe.stages.base import Action, ExampleCount, Findings, TextResult, TextStage
 
 _C0 = ((0x01, 0x08), 0x0B, 0x0C, (0x0E, 0x1F), 0x7F)
 _C1 = ((0x80, 0x84), (0x86, 0x9F))
@@ -89,7 +89,7 @@ class ControlChars(TextStage):
     """``lf``: find CRLF (flagged by default) and lone CRs (→ ``\\n``); ``keep``: leave both."""
     unicode_line_breaks: Literal["newline", "keep"] = "newline"
     """``newline``: U+2028/U+2029 become ``\\n``; ``keep``: leave them."""
-    examples: int = 5
+    examples: ExampleCount = 5
     """Before/after examples kept per code per batch."""
 
     def _rules(self) -> tuple[list[Rule], list[tuple]]:

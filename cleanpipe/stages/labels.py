@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import (
@@ -75,13 +75,13 @@ class LabelCheck(BatchStage):
 
     field: str = "label"
     """Label column: a scalar (single-label), or a list (multi-label / token labels)."""
-    labels: list[str | int] | None = None
+    labels: list[str | int] | None = Field(None, min_length=1)
     """The label vocabulary, inline."""
     labels_file: str | None = None
     """A file holding the vocabulary (see the module docstring)."""
     label_key: str = "label"
     """Key of the label in a JSON Lines / JSON-objects label file."""
-    num_labels: int | None = None
+    num_labels: int | None = Field(None, ge=1)
     """Integer labels ``0..num_labels-1`` (token classification also allows ``-100``)."""
     kind: Literal["single", "multi", "token"] = "single"
     """``multi``: a list of labels per row; ``token``: a list of ids per token (-100 ok)."""

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from cleanpipe.dedup import bands, cluster, external, kernels, part_kernels
 from cleanpipe.dedup.decisions import (
@@ -95,6 +95,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
 
     name: ClassVar[str] = "minhash_dedup"
     decision_codes: ClassVar[tuple[str, ...]] = CODES
+    execution_params: ClassVar[frozenset[str]] = frozenset({"spill_dir"})
     codes: ClassVar[dict[str, Action]] = {
         "near_duplicate": Action.DROP,
         "contaminated_near": Action.DROP,
@@ -117,11 +118,11 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     """Jaccard similarity from which two rows are duplicates."""
     num_perm: int = Field(128, ge=2, le=1024)
     """MinHash permutations (signature length)."""
-    seed: int = 1
+    seed: int = Field(1, ge=0, le=2**32 - 1)
     """Seed of datasketch's permutation generator."""
     hash: HashName = "xxh32"
     """Shingle hash: ``xxh32`` (compiled) or ``sha1`` (datasketch's default, slow)."""
-    hash_seed: int = 0
+    hash_seed: int = Field(0, ge=0, le=2**32 - 1)
     """Seed of ``xxh32`` (use the same in ``hashfunc`` to reproduce signatures)."""
     scheme: Scheme = "affine32"
     """datasketch permutation scheme: ``affine32`` (its 2.x default) or ``legacy``."""
@@ -184,6 +185,13 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     _report: dict[str, Any] = PrivateAttr(default_factory=dict)
     _decisions: pa.Table | None = PrivateAttr(None)
     _compared: bool | None = PrivateAttr(None)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_add_up(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= w <= 1.0 for w in v) or abs(sum(v) - 1.0) > 1e-9:
+            raise ValueError("two weights within [0, 1] that add up to 1, as in MinHashLSH")
+        return v
 
     @model_validator(mode="after")
     def _check_bands(self) -> MinHashDedup:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import field_validator
 
 from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, BatchStage, Findings
@@ -40,6 +41,15 @@ class NumericCheck(BatchStage):
     """Numeric columns to check."""
     ranges: dict[str, tuple[float | None, float | None]] = {}
     """Inclusive ``[min, max]`` per column (None: unbounded on that side)."""
+
+    @field_validator("ranges")
+    @classmethod
+    def _min_not_above_max(cls, v: dict[str, tuple[float | None, float | None]]
+                           ) -> dict[str, tuple[float | None, float | None]]:
+        for col, (lo, hi) in v.items():
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"range of {col!r}: min {lo:g} is above max {hi:g}")
+        return v
 
     def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
         found = Findings(self.name)

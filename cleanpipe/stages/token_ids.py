@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import (
@@ -58,7 +58,7 @@ class TokenIdCheck(BatchStage):
     """tokenizer.json / model directory: its vocabulary size (added tokens included)."""
     config: str | None = None
     """config.json (or its directory): the embedding's ``vocab_size``."""
-    vocab_size: int | None = None
+    vocab_size: int | None = Field(None, ge=1)
     """The embedding size, given directly."""
     ignore_index: int = -100
 

@@ -20,10 +20,11 @@ import ftfy
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field
 
 from cleanpipe.stages._text_ftfy_safe import needs_ftfy_regex
 from cleanpipe.stages._text_util import examples, put, regex_mask
-from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+from cleanpipe.stages.base import Action, ExampleCount, Findings, TextResult, TextStage
 
 #: One report code per ftfy fix, so rows are counted by the fix that changed them.
 FIX_CODES = (
@@ -156,9 +157,9 @@ class UnicodeFix(TextStage):
     which run after this stage, remove them with a code per character."""
     normalization: Literal["NFC", "NFD", "NFKC", "NFKD"] | None = "NFC"
     """Unicode normalization; NFKC also rewrites full-width CJK punctuation; None for none."""
-    max_decode_length: int = 1_000_000
+    max_decode_length: int = Field(1_000_000, ge=1)
     """Longest segment ftfy fixes in one piece."""
-    examples: int = 5
+    examples: ExampleCount = 5
     """Before/after examples kept per code per batch."""
 
     def ftfy_config(self) -> ftfy.TextFixerConfig:

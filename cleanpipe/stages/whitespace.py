@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages.base import Action, TextResult, TextStage
+from cleanpipe.stages.base import Action, ExampleCount, TextResult, TextStage
 
 _UNUSUAL = (0xA0, 0x1680, (0x2000, 0x200A), 0x202F, 0x205F)
 
@@ -64,7 +64,7 @@ class Whitespace(TextStage):
 
     keep_ideographic_space: bool = True
     """Leave U+3000 alone (it is the normal space of CJK text)."""
-    examples: int = 5
+    examples: ExampleCount = 5
     """Before/after examples kept per code per batch."""
 
     def _unusual(self) -> tuple:
