@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -214,16 +215,27 @@ def mostly_cjk(s: str) -> bool:
 
 
 def edit_words(s: str, rng: random.Random, per: int) -> str | None:
-    """A near copy of ``s``: one word (or CJK character) in every ``per`` replaced by a
-    neighbour's, so the text reads the same; None when ``s`` is too short for it."""
-    cjk = mostly_cjk(s)
-    units = list(s) if cjk else s.split(" ")
-    n_edit = len(units) // per
+    """A near copy of ``s``: one word (or CJK ideograph) in every ``per`` replaced by the
+    next one, so the text reads nearly the same; None when ``s`` is too short for it. Only
+    the letters of a word change: its punctuation and the whitespace around it stay (an
+    edit that adds or removes a full stop or a line break is a different kind of change).
+
+        >>> edit_words("Tea is hot. Milk is cold, and water is wet.", random.Random(0), 9)
+        'Tea is hot. Milk is cold, water water is wet.'
+    """
+    if mostly_cjk(s):
+        units = list(s)
+        is_word = [("\u4e00" <= u <= "\u9fff") for u in units]
+    else:
+        units = re.split(r"(\w+)", s)  # odd positions: words; even: what lies between
+        is_word = [i % 2 == 1 for i in range(len(units))]
+    words = [i for i, w in enumerate(is_word) if w]
+    n_edit = len(words) // per
     if n_edit < 1:
         return None
-    for i in rng.sample(range(1, len(units) - 1), n_edit):
-        units[i] = units[i + 1] if units[i + 1].strip() else units[i - 1]
-    out = ("" if cjk else " ").join(units)
+    for k in rng.sample(range(len(words) - 1), n_edit):
+        units[words[k]] = units[words[k + 1]]
+    out = "".join(units)
     return out if out != s else None
 
 
