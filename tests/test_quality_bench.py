@@ -9,10 +9,11 @@ The full version is ``benchmarks/bench_quality.py`` (``make bench``); this runs 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, realdata, realdata_root
+from tests.conftest import REPO, realdata
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -33,9 +34,9 @@ class Evaluation(tuple):
 
 
 @pytest.fixture(scope="module")
-def evaluation() -> Evaluation:
+def evaluation(shared_data: Path) -> Evaluation:
     realdata("tokenizers", "qwen3", "tokenizer.json")
-    return Evaluation(bq.evaluate(ROWS, workers=1, root=realdata_root()))
+    return Evaluation(bq.evaluate(ROWS, workers=1, root=shared_data))
 
 
 def _explain(results: list[bq.Result]) -> str:
@@ -63,11 +64,11 @@ def test_shipped_pipeline_meets_the_bounds(evaluation, pipeline):
     assert not any(r.failures() for r in results), "\n" + _explain(results)
 
 
-def test_the_judge_fails_a_pipeline_that_does_nothing(tmp_path):
+def test_the_judge_fails_a_pipeline_that_does_nothing(tmp_path, shared_data):
     """The bounds can fail: with no stages, every repair and drop class is missed while the
     clean rows stay as they are."""
     realdata("tokenizers", "qwen3", "tokenizer.json")
-    root = realdata_root()
+    root = shared_data
     trainer = bq.Trainer(root / "tokenizers" / "qwen3")
     corpus = bq.build_corpus("alpaca_en", root, 120, trainer.token_len)
     nothing = tmp_path / "nothing.yaml"
@@ -80,9 +81,9 @@ def test_the_judge_fails_a_pipeline_that_does_nothing(tmp_path):
     assert result.clean_changed == result.token_changed == 0
 
 
-def test_corpus_is_deterministic_and_its_clean_rows_are_clean():
+def test_corpus_is_deterministic_and_its_clean_rows_are_clean(shared_data):
     realdata("sft_llamafactory_demos", "alpaca_zh_demo.json")
-    root = realdata_root()
+    root = shared_data
     trainer = bq.Trainer(realdata("tokenizers", "qwen3"))
     a = bq.build_corpus("alpaca_zh", root, 120, trainer.token_len)
     b = bq.build_corpus("alpaca_zh", root, 120, trainer.token_len)
