@@ -139,3 +139,11 @@ def test_report_verdict_and_dict() -> None:
     written = pipe.run(_dupes())
     assert report.totals == written["totals"]
     assert report.verdict == written["verdict"]
+
+
+def test_unknown_engine_argument_is_refused() -> None:
+    from cleanpipe.spec import ConfigError
+
+    with pytest.raises(ConfigError, match="engine 'spark' is not one of 'local', 'ray'"):
+        _pipe().clean(_dupes(), engine="spark")
+    assert _pipe().clean(_dupes(), engine="local").report.to_dict()["timing"]["engine"] == "local"
