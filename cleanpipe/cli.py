@@ -77,6 +77,7 @@ def _leave_error_report(report_dir: str | None, command: str, pipeline: str | No
                         code: int, message: str, kind: str) -> None:
     if not report_dir:
         return
+    from cleanpipe.io.writers import OutputError
     from cleanpipe.report.error import error_report, write_error_report
 
     try:
@@ -85,6 +86,8 @@ def _leave_error_report(report_dir: str | None, command: str, pipeline: str | No
     except OSError as exc:
         print(f"cleanpipe: could not write the error report to {report_dir}: {exc}",
               file=sys.stderr)
+    except OutputError as exc:  # the folder holds report files someone else wrote
+        print(f"cleanpipe: no error report written: {exc}", file=sys.stderr)
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -174,11 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(pipe: Any, args: argparse.Namespace, out: str | None,
          report_dir: str | None = None) -> dict[str, Any]:
-    if pipe.spec.engine == "ray":
-        from cleanpipe.engine.ray_engine import run_ray
-
-        return run_ray(pipe, _input(args), out, overwrite=args.overwrite,
-                       address=pipe.spec.ray_address)
+    # the engine (local or ray, --engine/--address or the file's) is chosen by Pipeline.run
     progress = not args.quiet and not args.no_progress
     if out is None:
         return pipe.run(_input(args), None, workers=args.workers, progress=progress,
