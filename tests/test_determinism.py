@@ -8,25 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests._robust_helpers import cli, write_pipeline
+from tests._robust_helpers import cli, output_files, stable_report, write_pipeline
 from tests.conftest import realdata
 
 STAGES = "[{stage: regex_filter, patterns: {q: '\\\\?$', url: 'https?://'}, action: drop}]"
-
-
-def _files(out: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            # reports hold timings: report.json is compared apart from them below
-            if p.is_file() and not p.name.startswith("report.") and p.name != "junit.xml"}
-
-
-def _stable_report(out: Path) -> dict:
-    rep = json.loads((out / "report.json").read_text("utf-8"))
-    rep.pop("timing")
-    rep["output"].pop("path")
-    for s in rep["stages"]:
-        s.pop("seconds")
-    return rep
 
 
 def _run(tmp_path, capsys, src, name, *args):
@@ -59,14 +44,14 @@ def test_byte_identical_across_runs_workers_and_batches(tmp_path, capsys, which)
     a = _run(tmp_path, capsys, src, "a", "--workers", "1")
     b = _run(tmp_path, capsys, src, "b", "--workers", "1")
     c = _run(tmp_path, capsys, src, "c", "--workers", "2", "--batch-size", "97")
-    fa, fb, fc = _files(a), _files(b), _files(c)
+    fa, fb, fc = output_files(a), output_files(b), output_files(c)
     assert {"events.parquet", "_SUCCESS"} <= set(fa)
     assert any(k.startswith("quarantine/") for k in fa) and any(k.startswith("data/") for k in fa)
     assert fa == fb
     assert fa == fc
-    ra = _stable_report(a)
-    assert ra == _stable_report(b)
-    rc = _stable_report(c)
+    ra = stable_report(a)
+    assert ra == stable_report(b)
+    rc = stable_report(c)
     # the batch size is part of the recorded config; everything counted must agree
     ra["pipeline"]["config"].pop("batch_size")
     rc["pipeline"]["config"].pop("batch_size")

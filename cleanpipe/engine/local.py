@@ -37,8 +37,10 @@ from cleanpipe.engine.memory import release_free_memory, returning_pool, use_ret
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.engine.shard_quarantine import ShardQuarantine
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.io.filesystems import is_local, iter_blocks, read_bytes, reason
+from cleanpipe.io.line_blocks import block_bytes_from_env
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
 from cleanpipe.io.schemas import check_fields_seen, with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
@@ -192,16 +194,17 @@ def _row_ids(chunk: Chunk, id_field: str | None) -> pa.Array:
     return pc.binary_join_element_wise(f"{chunk.shard.name}:", nums, "")
 
 
-def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray,
-                     state: RunState) -> pa.Table:
-    """Count the reader's changes to ``chunk`` and return one ``fix`` event per row and field."""
+def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray, state: RunState,
+                     examples: list[dict[str, Any]]) -> pa.Table:
+    """Count the reader's changes to ``chunk`` and return one ``fix`` event per row and
+    field; the first few go to ``examples`` (a shard's, added after its unreadable records)."""
     pos = np.concatenate([f.rows for f in chunk.fixes]).astype(np.int64)
     for f in chunk.fixes:
         entry = state.read_fixes.setdefault(f.code, [0, 0])
         entry[0] += int(f.rows.size)
-        shown = sum(1 for e in state.read_examples if e["code"] == f.code)
+        shown = sum(1 for e in (*state.read_examples, *examples) if e["code"] == f.code)
         for p in f.rows[:max(0, 5 - shown)].tolist():
-            state.read_examples.append({
+            examples.append({
                 "stage": "read", "code": f.code, "action": "fix", "row_id": ids[p].as_py(),
                 "field": f.field, "detail": f.detail, "before": None, "after": None})
     for code in {f.code for f in chunk.fixes}:
@@ -255,7 +258,8 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
     inp = spec.input
     opts = ReadOptions(batch_size=spec.batch_size, encoding=inp.encoding,
                        on_parse_error=inp.on_parse_error, on_decode_error=inp.on_decode_error,
-                       csv_delimiter=inp.csv_delimiter, text_column=inp.text_column)
+                       csv_delimiter=inp.csv_delimiter, text_column=inp.text_column,
+                       block_bytes=block_bytes_from_env())
     shards = resolve_sources(source, inp.format)
     state.input_bytes = sum(s.size for s in shards)
     progress.set_total_bytes(state.input_bytes)
@@ -269,6 +273,9 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
         shard = _fetch_once(shard)
         _fingerprint_shard(state, shard)
         top = 0
+        # examples of the reader's fixes follow the shard's unreadable records, wherever
+        # in the file (in whichever block) those are found
+        fix_examples: list[dict[str, Any]] = []
         for chunk in read_shard(shard, opts):
             progress.advance_bytes(chunk.bytes_read)
             n = chunk.batch.num_rows
@@ -307,10 +314,11 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
             batch = with_text_fields(chunk.batch, spec.fields or state.text_fields)
             rows = Rows(batch, batch, ids, seq, shard.name, None, unreadable)
             if chunk.fixes:
-                rows.read_events = _read_fix_events(chunk, ids, seq, state)
+                rows.read_events = _read_fix_events(chunk, ids, seq, state, fix_examples)
             state.read += n
             progress.advance_rows(n)
             yield rows
+        state.read_examples.extend(fix_examples)
         base += top + 1
     if spec.fields and seen:
         check_fields_seen(spec.fields, seen)
@@ -413,16 +421,20 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
         for seg_i, seg in enumerate(segs):
             tasks = ((seg_i, r) for r in stream)
             results = pool.map(_segment_task, tasks)
+            # the first pass reads: its quarantine in read order per shard
+            ordered = ShardQuarantine(on_quarantine, Path(spill_dir)) if seg_i == 0 else None
             if seg.closing is None:
                 for n_res, res in enumerate(results, 1):
                     if n_res % _TRIM_EVERY == 0:
                         release_free_memory()
-                    _merge(res, state, take_stats, on_quarantine, sinks.events)
+                    _merge(res, state, take_stats, on_quarantine, sinks.events, ordered)
                     state.kept += res.rows.num_rows
                     if res.rows.num_rows:
                         if sinks.kept is not None:
                             sinks.kept(res.rows)
                         yield res.rows
+                if ordered is not None:
+                    ordered.flush()
                 break
             g = stages[seg.closing]
             assert isinstance(g, GlobalStage)
@@ -432,7 +444,7 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
             for n_res, res in enumerate(results, 1):
                 if n_res % _TRIM_EVERY == 0:
                     release_free_memory()
-                _merge(res, state, take_stats, on_quarantine, sinks.events)
+                _merge(res, state, take_stats, on_quarantine, sinks.events, ordered)
                 if res.rows.num_rows:
                     ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
                     t0 = time.perf_counter()
@@ -440,6 +452,8 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
                     own += time.perf_counter() - t0
                     spill.write(res.rows)
             spill.finish()
+            if ordered is not None:
+                ordered.flush()
             t0 = time.perf_counter()
             g.finalize()
             release_free_memory()  # finalize's temporaries: often the largest of the run
@@ -486,7 +500,16 @@ def _decided(g: GlobalStage, idx: int, spill: Spill, state: RunState,
 
 def _merge(res: TaskResult, state: RunState, take_stats: Callable[[int, StageBatchStats], None],
            on_quarantine: Callable[[QuarantineRows], None],
-           on_events: Callable[[pa.Table], None] | None = None) -> None:
+           on_events: Callable[[pa.Table], None] | None = None,
+           ordered: ShardQuarantine | None = None) -> None:
+    """Count ``res`` and send its quarantine and events on; ``ordered`` (the first pass)
+    puts each shard's unreadable records before the rows its stages dropped."""
+    if ordered is not None:
+        shard = res.rows.shard
+        on_quarantine = partial(ordered.dropped, shard)
+        if res.rows.unreadable is not None:
+            ordered.unreadable(shard, res.rows.unreadable)
+            res.rows.unreadable = None
     if res.rows.unreadable is not None:
         on_quarantine(res.rows.unreadable)
         res.rows.unreadable = None
