@@ -224,6 +224,21 @@ def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray, state: RunSta
     })
 
 
+def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` in buffers of its own when it is a slice of larger ones (a batch of a big
+    file's table): pickling a slice sends the whole buffers, so every task, result and spill
+    of a big file would carry all of its rows.
+
+        >>> big = pa.RecordBatch.from_pydict({"t": ["x" * 100] * 1000})
+        >>> part = compact(big.slice(0, 10))
+        >>> part.get_total_buffer_size() < big.get_total_buffer_size() // 10
+        True
+    """
+    if batch.get_total_buffer_size() <= 2 * batch.nbytes + 4096:
+        return batch
+    return batch.take(pa.array(np.arange(batch.num_rows, dtype=np.int64)))
+
+
 def _fingerprint_shard(state: RunState, shard: Shard) -> None:
     h = state.fingerprint
     h.update(shard.name.encode())
@@ -311,7 +326,7 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
             seq = base + np.asarray(chunk.numbers, dtype=np.int64)
             seen.update(chunk.batch.schema.names)
             # a text field missing from a whole file reads as nulls, as a missing key does
-            batch = with_text_fields(chunk.batch, spec.fields or state.text_fields)
+            batch = compact(with_text_fields(chunk.batch, spec.fields or state.text_fields))
             rows = Rows(batch, batch, ids, seq, shard.name, None, unreadable)
             if chunk.fixes:
                 rows.read_events = _read_fix_events(chunk, ids, seq, state, fix_examples)

@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-#: bytes read at a time; each block then ends at the last line break in it. 8 MiB keeps
-#: pyarrow's JSON reader busy on every core (it parses 1 MiB pieces in parallel) and the
-#: block's table (a few times its size) small next to the workers' memory
-DEFAULT_BLOCK_BYTES = 8 << 20
+#: bytes read at a time; each block then ends at the last line break in it. 1 MiB: a
+#: block and its table weigh what a small shard's do (bigger blocks parse no faster once
+#: the workers are busy, and the allocator keeps what their tables took)
+DEFAULT_BLOCK_BYTES = 1 << 20
 #: environment variable overriding :data:`DEFAULT_BLOCK_BYTES` (tests use tiny blocks)
 BLOCK_ENV = "CLEANPIPE_READ_BLOCK_BYTES"
 

@@ -81,6 +81,14 @@ class Chunk:
     bytes_read: int = 0  # bytes of the shard consumed by this chunk (for progress)
     digest: bytes | None = None  # xxh3-128 of the shard's bytes (first chunk only)
     fixes: list[ReadFix] = field(default_factory=list)
+    #: bytes of each row's line (JSON Lines read in blocks): batches end at a byte budget
+    row_bytes: np.ndarray | None = None
+
+
+#: a batch of a JSON Lines file read in blocks ends at ``batch_size`` rows or at this many
+#: bytes of its lines, whichever comes first: a big file's batches are then no bigger than
+#: a small shard's, so memory does not depend on how the rows are split into files
+MAX_BATCH_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -298,23 +306,47 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
         first = False
 
 
-def _rebatched(chunks: Iterator[Chunk], shard: Shard, batch_size: int) -> Iterator[Chunk]:
-    """``chunks`` (of one shard, read block by block) as batches of ``batch_size`` rows
-    counted from the shard's start, the last one shorter: the same batches, fixes and
-    events whatever the block size. Bad records and bytes ride on the next batch out."""
+def _line_lengths(data: bytes) -> np.ndarray:
+    """Bytes of each line of ``data`` (its line break included)."""
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1
+    if not ends.size or ends[-1] != len(data):
+        ends = np.append(ends, len(data))
+    return np.diff(ends, prepend=0)
+
+
+def _rebatched(chunks: Iterator[Chunk], shard: Shard, batch_size: int,
+               max_bytes: int) -> Iterator[Chunk]:
+    """``chunks`` (of one shard, read block by block) as batches cut from the shard's start
+    at ``batch_size`` rows or ``max_bytes`` bytes of lines, the last one shorter: the same
+    batches, fixes and events whatever the block size. Bad records and bytes ride on the
+    next batch out."""
     pending: list[Chunk] = []
-    rows = 0
     sent = False
     for chunk in chunks:
         pending.append(chunk)
-        rows += chunk.batch.num_rows
-        while rows >= batch_size:
-            head, tail = _split_chunk(_joined(pending, shard), batch_size)
+        while (n := _next_cut([c.row_bytes for c in pending], batch_size, max_bytes)):
+            head, tail = _split_chunk(_joined(pending, shard), n)
             yield head
             sent = True
-            pending, rows = [tail], tail.batch.num_rows
+            pending = [tail]
+    rows = sum(c.batch.num_rows for c in pending)
     if pending and (rows or not sent or any(c.bad or c.bytes_read for c in pending)):
         yield _joined(pending, shard)
+
+
+def _next_cut(sizes: list[np.ndarray | None], batch_size: int, max_bytes: int) -> int:
+    """Rows in the next full batch of rows of these ``sizes`` (bytes each), 0 if none yet.
+
+    >>> _next_cut([np.array([5, 5]), np.array([5, 5, 5])], 4, 100)
+    4
+    >>> _next_cut([np.array([60, 50, 5])], 4, 100), _next_cut([np.array([60])], 4, 100)
+    (2, 0)
+    """
+    row_bytes = np.concatenate([s for s in sizes if s is not None] or [np.zeros(0, np.int64)])
+    over = int(np.searchsorted(np.cumsum(row_bytes[:batch_size]), max_bytes, side="left"))
+    if over < min(row_bytes.size, batch_size):
+        return over + 1
+    return batch_size if row_bytes.size >= batch_size else 0
 
 
 def _joined(chunks: list[Chunk], shard: Shard) -> Chunk:
@@ -351,9 +383,10 @@ def _joined(chunks: list[Chunk], shard: Shard) -> Chunk:
         offset += c.batch.num_rows
     fixes = [ReadFix("empty_object", fld, detail, np.concatenate(rows))
              for (fld, detail), rows in empty.items()] + noted
+    sizes = [c.row_bytes for c in chunks if c.row_bytes is not None]
     return Chunk(shard, batch, np.concatenate([c.numbers for c in chunks]),
                  [b for c in chunks for b in c.bad], sum(c.bytes_read for c in chunks),
-                 fixes=fixes)
+                 fixes=fixes, row_bytes=np.concatenate(sizes) if sizes else None)
 
 
 def _split_chunk(chunk: Chunk, n: int) -> tuple[Chunk, Chunk]:
@@ -361,10 +394,12 @@ def _split_chunk(chunk: Chunk, n: int) -> tuple[Chunk, Chunk]:
     head = Chunk(chunk.shard, chunk.batch.slice(0, n), chunk.numbers[:n], chunk.bad,
                  chunk.bytes_read, fixes=[
                      ReadFix(f.code, f.field, f.detail, f.rows[f.rows < n])
-                     for f in chunk.fixes if (f.rows < n).any()])
+                     for f in chunk.fixes if (f.rows < n).any()],
+                 row_bytes=None if chunk.row_bytes is None else chunk.row_bytes[:n])
     tail = Chunk(chunk.shard, chunk.batch.slice(n), chunk.numbers[n:], [], 0, fixes=[
         ReadFix(f.code, f.field, f.detail, f.rows[f.rows >= n] - n)
-        for f in chunk.fixes if (f.rows >= n).any()])
+        for f in chunk.fixes if (f.rows >= n).any()],
+        row_bytes=None if chunk.row_bytes is None else chunk.row_bytes[n:])
     return head, tail
 
 
@@ -440,7 +475,8 @@ def _read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
         data, bad_bytes, guess = _decode_to_utf8(shard, raw, opts)
         yield from _jsonl_chunks(shard, len(raw), data, bad_bytes, opts, guess)
         return
-    yield from _rebatched(_jsonl_block_chunks(shard, opts), shard, opts.batch_size)
+    yield from _rebatched(_jsonl_block_chunks(shard, opts), shard, opts.batch_size,
+                          MAX_BATCH_BYTES)
 
 
 def _streams_utf8(opts: ReadOptions) -> bool:
@@ -483,8 +519,11 @@ def _jsonl_block_chunks(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
             base = max(0, block.bytes_before - bom)
             data, bad_bytes, guess = _decode_to_utf8(shard, block.data, opts,
                                                      block.lines_before, base, first)
-            yield from _jsonl_chunks(shard, block.raw_bytes, data, bad_bytes, opts, guess,
-                                     block.lines_before, base)
+            line_bytes = _line_lengths(data)
+            for chunk in _jsonl_chunks(shard, block.raw_bytes, data, bad_bytes, opts, guess,
+                                       block.lines_before, base):
+                chunk.row_bytes = line_bytes[chunk.numbers - block.lines_before - 1]
+                yield chunk
             first = False
         if first:  # an empty file is still a shard: one empty chunk counts it
             yield from _jsonl_chunks(shard, shard.size, b"", np.zeros(0, np.int64), opts)
