@@ -27,6 +27,7 @@ from cleanpipe.engine.local import RunState, Sinks, execute
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.io.filesystems import is_uri, redact
+from cleanpipe.io.output_guard import check_no_overlap
 from cleanpipe.io.uri_output import output_dir, write_dir_to
 from cleanpipe.io.writers import (
     FixedGroupWriter,
@@ -37,7 +38,7 @@ from cleanpipe.io.writers import (
     write_json,
 )
 from cleanpipe.report.build import build_report
-from cleanpipe.spec import PipelineSpec, build_stage, load_spec, spec_from_dict
+from cleanpipe.spec import PipelineSpec, load_spec, spec_from_dict
 from cleanpipe.stages.base import Stage
 
 EVENTS_SCHEMA = pa.schema([
@@ -82,9 +83,7 @@ class Pipeline:
                  fields: list[str] | None = None, spec: PipelineSpec | None = None,
                  **settings: Any) -> None:
         if spec is None:
-            spec = spec_from_dict({"fields": fields, **settings})
-            spec.stages = [s if isinstance(s, Stage) else build_stage(s, i)
-                           for i, s in enumerate(stages or [])]
+            spec = spec_from_dict({"fields": fields, "stages": list(stages or []), **settings})
         self.spec = spec
         self.last_state: RunState | None = None
 
@@ -147,6 +146,7 @@ class Pipeline:
             if report_dir is not None:
                 _write_report_dir(report, report_dir)
             return report
+        check_no_overlap(out, source)
         atomic = output_dir(out, overwrite=overwrite)
         try:
             with atomic as tmp:
@@ -264,6 +264,10 @@ def _write_report_dir(report: dict[str, Any], report_dir: str | Path) -> None:
     """``check --report-dir``: a local folder, or a URI (written locally, then copied)."""
     text = os.fspath(report_dir)
     if not is_uri(text):
+        from cleanpipe.io.output_guard import claim_report_files
+        from cleanpipe.report import FILES
+
+        claim_report_files(Path(text), FILES.values())
         _write_reports(report, Path(text), overwrite=True)
         return
     with tempfile.TemporaryDirectory(prefix="cleanpipe-reports-") as tmp:

@@ -176,6 +176,7 @@ def test_run_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
         assert a == b and a
 
 
+@pytest.mark.realdata
 def test_t0_sample_identical(cluster) -> None:
     """Fast real-data check: 30 of the t0 template files (a few thousand rows)."""
     folder = realdata("sft_self_instruct_t0_50k", "data_per_template")
@@ -188,11 +189,13 @@ def test_t0_sample_identical(cluster) -> None:
 
 # The two full-corpus identity checks are issue 8's acceptance and run in `make test` (CI):
 # about five minutes together on 2 cores, most of it Ray's shuffles.
+@pytest.mark.realdata
 def test_t0_full_identical(cluster) -> None:
     local = _same(_full(4096), realdata("sft_self_instruct_t0_50k", "data_per_template"))
     assert local["report"]["totals"]["read"] == 55185
 
 
+@pytest.mark.realdata
 def test_tldr_full_identical(cluster) -> None:
     def make() -> Pipeline:
         return Pipeline(stages=[DropBlank(), ExactDedup(), MinHashDedup()], fields=["text"],
@@ -201,6 +204,7 @@ def test_tldr_full_identical(cluster) -> None:
     assert local["report"]["totals"]["kept"] > 0
 
 
+@pytest.mark.realdata
 def test_tldr_head_identical(cluster, tmp_path: Path) -> None:
     """Fast real-data check on the first 3000 tldr pages (many languages, near-duplicates)."""
     full = realdata("corpus_tldr_pages", "tldr_pages.jsonl")
@@ -219,6 +223,7 @@ def test_tldr_head_identical(cluster, tmp_path: Path) -> None:
     assert minhash["section"]["duplicates"] > 0
 
 
+@pytest.mark.realdata
 def test_t0_sample_real_text_stages_identical(cluster) -> None:
     """The text stages from main (ftfy repair, invisible characters, whitespace) on Ray."""
     from cleanpipe.stages.invisible_chars import InvisibleChars

@@ -307,9 +307,9 @@ def configured_tokenizer(config: dict[str, Any]) -> str | None:
 
 
 def _pipeline_tokenizer(path: str) -> str | None:
-    import yaml
+    from cleanpipe.spec_yaml import read_yaml
 
-    config = yaml.safe_load(Path(path).read_text("utf-8")) or {}
+    config = read_yaml(Path(path).read_text("utf-8"), path)[0] or {}
     found = configured_tokenizer(config) if isinstance(config, dict) else None
     if found and not Path(found).is_absolute():
         # relative paths in a pipeline file are relative to that file, as the stages read them
@@ -332,6 +332,10 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     if args.n <= 0 or args.batch_size <= 0:
         print("cleanpipe smoke: -n and --batch-size must be positive", file=sys.stderr)
         return ExitCode.USAGE
+    if args.seed < 0 or (args.max_length is not None and args.max_length <= 0):
+        print("cleanpipe smoke: --seed must be 0 or more and --max-length positive",
+              file=sys.stderr)
+        return ExitCode.USAGE
     tokenizer = args.tokenizer
     if tokenizer is None and args.pipeline:
         try:
@@ -339,6 +343,9 @@ def cmd_smoke(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"cleanpipe smoke: {e}", file=sys.stderr)
             return ExitCode.UNREADABLE
+        except ValueError as e:  # not YAML, or past a limit (spec_yaml.YamlLimitError)
+            print(f"cleanpipe smoke: {e}", file=sys.stderr)
+            return ExitCode.USAGE
     if tokenizer is None:
         print("cleanpipe smoke: give --tokenizer, or --pipeline with a stage that has a "
               "tokenizer: parameter", file=sys.stderr)

@@ -218,6 +218,7 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
     flag_codes = spec.output.flag_column is not None
     n_actors = max(1, int(workers or spec.workers or ray.available_resources().get("CPU", 1)))
     parts = partitions or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+    state.workers = n_actors
 
     def on_quarantine(q: QuarantineRows) -> None:
         state.quarantined += len(q.row_ids)
@@ -258,13 +259,13 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
         ordered = ShardQuarantine(on_quarantine) if seg_i == 0 else None
         for _, (decided, res) in results:
             res: TaskResult
+            carried = None
             if decided is not None:
-                st, q = decided
                 assert decide_idx is not None
-                take_stats(decide_idx, st)
-                if q is not None:
-                    on_quarantine(q)
-            local._merge(res, state, take_stats, on_quarantine, sinks.events, ordered)
+                carried = (decide_idx, *decided)
+            # merged with this batch's results, in seq order, as the local engine does
+            local._merge(res, state, take_stats, on_quarantine, sinks.events, carried,
+                         ordered)
             if not res.rows.num_rows:
                 continue
             if g is None:

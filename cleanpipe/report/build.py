@@ -108,6 +108,10 @@ def build_report(spec: PipelineSpec, state: RunState, *, input_desc: list[str],
             "wall_seconds": round(state.wall, 4),
             "rows_per_second": round(state.read / wall, 1),
             "started": datetime.fromtimestamp(state.started, timezone.utc).isoformat(),
+            # how the run was executed: changes the timings above, never the results
+            "batch_size": spec.batch_size,
+            "workers": state.workers,
+            "engine": spec.engine,
         },
         "verdict": {"passed": failed == 0, "exit_code": 0 if failed == 0 else 1, "rules": []},
     }
