@@ -360,7 +360,7 @@ def _joined(chunks: list[Chunk], shard: Shard) -> Chunk:
     else:
         try:
             table = pa.concat_tables([pa.Table.from_batches([c.batch]) for c in with_rows],
-                                     promote_options="default")
+                                     promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             nums = np.concatenate([c.numbers for c in chunks])
             lines = f"lines {int(nums.min())}-{int(nums.max())}" if nums.size else "the file"
