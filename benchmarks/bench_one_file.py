@@ -179,7 +179,8 @@ def main() -> None:
             md_table(HEAD, t0_rows), "",
             f"Acceptance (#18): wall <= 1.15x: {t0_ratio['t0 as one JSONL file']:.2f}x;"
             f" peak PSS <= 1.15x: {t0_ratio['t0 as one JSONL file pss']:.2f}x.", "",
-            "### A 500 MB JSONL file against the same rows in 20 shards", "", big_note, ""]
+            f"### A {args.big_mb} MB JSONL file against the same rows in 20 shards", "",
+            big_note, ""]
     if big_rows:
         big_head = [*HEAD[:2], "wall s", "wall vs shards", "peak PSS MB", "PSS vs shards",
                     "largest process RSS MB", "load average before->after each run"]
