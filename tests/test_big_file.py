@@ -10,6 +10,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -186,3 +187,23 @@ def test_real_corpus_block_size_never_changes_a_result(tmp_path, capsys, monkeyp
     assert stable_report(whole)["totals"]["read"] > 1000
     assert output_files(cut) == output_files(whole)
     assert stable_report(cut) == stable_report(whole)
+
+
+def test_held_back_drops_keep_their_order_when_spilled(tmp_path):
+    """A shard's dropped rows wait for its unreadable records, on disk past hold_rows."""
+    from cleanpipe.engine.rows import QuarantineRows
+    from cleanpipe.engine.shard_quarantine import ShardQuarantine
+
+    def q(ids: list[str]) -> QuarantineRows:
+        return QuarantineRows(None, ids, np.arange(len(ids)), "s", [["x"]] * len(ids),
+                              [[]] * len(ids))
+
+    out: list[list[str]] = []
+    held = ShardQuarantine(lambda x: out.append(x.row_ids), tmp_path, hold_rows=2)
+    held.dropped("a", q(["a:1", "a:2"]))
+    held.dropped("a", q(["a:3"]))  # past hold_rows: to disk
+    held.unreadable("a", q(["a:9"]))
+    held.dropped("a", q(["a:10"]))
+    held.unreadable("b", q(["b:4"]))  # a new shard: a's drops go out first
+    held.flush()
+    assert out == [["a:9"], ["a:1", "a:2"], ["a:3"], ["a:10"], ["b:4"]]
