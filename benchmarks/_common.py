@@ -201,10 +201,16 @@ def md_table(headers: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
-def write_result(topic: str, body: str) -> Path:
-    """Write ``benchmarks/results/<topic>.md``, first line the exact command that made it."""
+def write_result(topic: str, body: str, *, command: str | None = None,
+                 measured: str | None = None) -> Path:
+    """Write ``benchmarks/results/<topic>.md``, first line the exact command that made it.
+
+    ``command`` and ``measured`` default to this process's command line and now; a report
+    rebuilt later from saved runs passes the measurement's own.
+    """
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{topic}.md"
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    path.write_text(f"Command: `{command_line()}`\n\nMeasured {stamp}.\n\n{body.rstrip()}\n")
+    stamp = measured or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path.write_text(f"Command: `{command or command_line()}`\n\nMeasured {stamp}.\n\n"
+                    f"{body.rstrip()}\n")
     return path
