@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _caches import cache_env, empty_cache, jit_index_files
-from _common import WORK, require_data, write_result
+from _common import WORK, LoadWatch, require_data, write_result
 from _repeats import Spread, interleaved, ratio_spread
 
 NUM_PERM, THRESHOLD, NGRAM = 128, 0.8, 5
@@ -216,12 +216,13 @@ def main() -> None:
     jit_files = len(jit_index_files(CACHE))
 
     todo = methods(table, texts)
-    runs: dict[str, list[tuple[float, int, float, float]]] = {m["name"]: [] for m in todo}
+    runs: dict[str, list[tuple[float, int, str]]] = {m["name"]: [] for m in todo}
     for rep, m in interleaved([m for m in todo if "run" in m], args.reps):
-        load0 = os.getloadavg()[0]
-        sec, dropped = m["run"]()
-        runs[m["name"]].append((sec, dropped, load0, os.getloadavg()[0]))
-        print(f"round {rep + 1}: {m['name']}: {sec:.2f} s, dropped {dropped:,}", flush=True)
+        with LoadWatch() as watch:
+            sec, dropped = m["run"]()
+        runs[m["name"]].append((sec, dropped, watch.cell()))
+        print(f"round {rep + 1}: {m['name']}: {sec:.2f} s, dropped {dropped:,}, load "
+              f"{watch.cell()}", flush=True)
 
     default = MinHashDedup()
     run_stage(default, table)
@@ -230,7 +231,10 @@ def main() -> None:
     lines = [
         f"t0 corpus: {n:,} documents, {rep['shingles']:,} word-5-gram shingles; "
         f"num_perm={NUM_PERM}, threshold={THRESHOLD}; machine: {os.cpu_count()} cores, shared "
-        f"(load average per run in the last column). Every method ran {args.reps} times, "
+        "(last column: the 1-minute load average at the start and end of each run and, in "
+        "brackets, the mean number of runnable tasks during it, this benchmark's own one "
+        "included; above the core count other work shared the CPU). Every method ran "
+        f"{args.reps} times, "
         "interleaved (one run of each method per round, same order every round); seconds are "
         "the median (min–max). Warm for everyone: cleanpipe's numba kernels were compiled into "
         f"an emptied cache before the timed runs ({compile_s:.1f} s once, {jit_files} kernels"
@@ -243,7 +247,7 @@ def main() -> None:
         " document as soon as it matches one already kept.",
         "",
         "| method | hash | seconds median (min–max) | docs/s | rows dropped | vs datasketch, "
-        "same hash: × faster (range) | note | load avg per run |",
+        "same hash: × faster (range) | note | load per run: 1-min avg start→end [mean runnable] |",
         "|---|---|---:|---:|---:|---:|---|---|",
     ]
     for m in todo:
@@ -256,7 +260,7 @@ def main() -> None:
         if m.get("vs") in walls:
             vs = "{:.1f}× ({:.1f}–{:.1f})".format(*ratio_spread(walls[m["vs"]], w))
         name = f"**{m['name']}**" if m.get("headline") else m["name"]
-        load = ", ".join(f"{a:.1f}→{b:.1f}" for *_, a, b in runs[m["name"]])
+        load = ", ".join(cell for *_, cell in runs[m["name"]])
         lines.append(f"| {name} | {m['hash']} | {w.fmt()} | {n / w.median:,.0f} | {dropped} |"
                      f" {vs} | {m['note']} | {load} |")
     mem = rep["memory"]

@@ -28,8 +28,10 @@ Usage::
     .venv/bin/python benchmarks/bench_peers.py --report-only   # rebuild peers.md from runs
 
 ``--rows N`` keeps the first N/294 rows of every shard (a small, deterministic sample of
-every template) to check the harness quickly. ``--deadline`` starts no new round that the
-previous round's duration says would end after that time (UTC). Every run is appended to
+every template) to check the harness quickly. ``--deadline HH:MM`` (UTC) skips a round's
+block of runs on one input when the previous block on that input says it would end after
+that time; the inputs run in the order ``--inputs`` gives, so put first the one that matters
+most. Every run is appended to
 ``benchmarks/.work/peers/runs.jsonl`` as it finishes, so an interrupted measurement keeps its
 completed runs; results go to ``benchmarks/results/peers.md``.
 """
@@ -37,7 +39,9 @@ completed runs; results go to ``benchmarks/results/peers.md``.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -155,7 +159,8 @@ def build_inputs(src: Path, rows: int, wanted: list[str]) -> dict[str, dict[str,
     if "shards" in wanted:
         out["shards"] = {"cleanpipe": shards_dir, "folder": shards_dir, "rows": rows_in,
                          "bytes": size, "origin": None,
-                         "label": f"{len(files)} JSONL shards (`{shards_dir}`)"}
+                         "label": f"{len(list(shards_dir.glob('*.jsonl')))} JSONL shards, "
+                                  f"{len(files)} non-empty (`{shards_dir}`)"}
     if "onefile" in wanted:
         path = base / "onefile" / f"{DATASET}.jsonl"
         origin = one_file(files, path)
@@ -298,6 +303,12 @@ def peer_command(tool: str, inp: dict[str, Any], data: Path, workers: int) -> li
 # one run, recorded
 
 
+@functools.cache
+def ensured(peer: str) -> dict[str, object]:
+    """The peer's install state, checked (and installed if needed) once per measurement."""
+    return ensure(peer)
+
+
 def plan(tools: list[str], inputs: list[str], reps: int) -> list[tuple[int, tuple[str, ...]]]:
     """(round, (input, tool, cache state)) in run order.
 
@@ -352,7 +363,7 @@ def run_one(tool: str, state: str, inp: dict[str, Any], data: Path, workers: int
         res = run_cleanpipe(inp, pipe, workers, env)
     else:
         if tool != "naive":
-            setup = ensure(tool)
+            setup = ensured(tool)
             if not setup["ok"]:
                 return {"error": f"could not be installed: {setup['error']}"}
         res = run_peer(tool, peer_command(tool, inp, data, workers), env)
@@ -367,7 +378,8 @@ def run_one(tool: str, state: str, inp: dict[str, Any], data: Path, workers: int
     if "m" in res:
         m = res["m"]
         rec |= {"wall_s": m.wall_s, "peak_pss_mb": m.peak_rss_mb,
-                "max_single_rss_mb": m.max_single_rss_mb, "rc": m.rc, "load": list(m.load)}
+                "max_single_rss_mb": m.max_single_rss_mb, "rc": m.rc, "load": list(m.load),
+                "runnable": m.runnable_mean}
     if "error" in res or "error" in rec:
         rec["error"] = rec.get("error") or res["error"]
         return rec
@@ -410,7 +422,7 @@ def measure_all(args: argparse.Namespace) -> None:
     missing: list[str] = []
     if "cleanpipe" in tools:
         pipe, missing, notes = cleanpipe_pipeline(data, PEERS_WORK / "pipeline.yaml")
-    versions = {t: (ensure(t).get("version") if t in ("datatrove", "datajuicer") else None)
+    versions = {t: (ensured(t).get("version") if t in ("datatrove", "datajuicer") else None)
                 for t in tools}
     META.write_text(json.dumps({
         "command": command_line(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -420,31 +432,33 @@ def measure_all(args: argparse.Namespace) -> None:
                    for k, v in built.items()},
     }, indent=1))
     deadline = time.time() + seconds_until(args.deadline, time.time()) if args.deadline else None
-    order = plan(tools, inputs, args.reps)
-    round_started, last_round_s = time.time(), 0.0
-    for rep, (inp_name, tool, state) in order:
-        if (inp_name, tool, state) == order[0][1]:  # a new round begins
-            if rep:
-                last_round_s = time.time() - round_started
-            round_started = time.time()
-            if deadline and rep and round_started + last_round_s > deadline:
-                print(f"== stopping before round {rep + 1}: it would end after the deadline "
-                      f"({args.deadline} UTC; last round took {last_round_s:.0f} s)", flush=True)
-                break
-        print(f"== round {rep + 1}/{args.reps}: {tool} ({state}) on {inp_name}", flush=True)
-        try:
-            rec = run_one(tool, state, built[inp_name], data, args.workers, pipe)
-        except Exception as err:  # one tool's failure must not lose the others' figures
-            rec = {"error": f"{type(err).__name__}: {err}"}
-        rec |= {"input": inp_name, "tool": tool, "state": state, "rep": rep}
-        if "wall_s" in rec:
-            print(f"   {rec['wall_s']:.1f} s, peak {rec['peak_pss_mb']:.0f} MB, rc {rec['rc']}, "
-                  f"removed {rec.get('removed', '—')}, load {rec['load'][0]:.1f}→"
-                  f"{rec['load'][1]:.1f}, jit cache files after {rec['jit_index_files_after']}",
+    block_s: dict[str, float] = {}  # how long the last block of each input took
+    blocks = itertools.groupby(plan(tools, inputs, args.reps), key=lambda x: (x[0], x[1][0]))
+    for (rep, inp_name), slots in blocks:
+        started = time.time()
+        # A block is one input's runs in one round: the unit that is kept or skipped whole,
+        # so a later, shorter block (the other input) may still fit before the deadline.
+        if deadline and inp_name in block_s and started + block_s[inp_name] > deadline:
+            print(f"== skipping round {rep + 1} on {inp_name}: its last block took "
+                  f"{block_s[inp_name]:.0f} s, it would end after {args.deadline} UTC",
                   flush=True)
-        if "error" in rec:
-            print(f"   error: {rec['error'][-800:]}", flush=True)
-        save_run(rec)
+            continue
+        for _, (_, tool, state) in slots:
+            print(f"== round {rep + 1}/{args.reps}: {tool} ({state}) on {inp_name}", flush=True)
+            try:
+                rec = run_one(tool, state, built[inp_name], data, args.workers, pipe)
+            except Exception as err:  # one tool's failure must not lose the others' figures
+                rec = {"error": f"{type(err).__name__}: {err}"}
+            rec |= {"input": inp_name, "tool": tool, "state": state, "rep": rep}
+            if "wall_s" in rec:
+                print(f"   {rec['wall_s']:.1f} s, peak {rec['peak_pss_mb']:.0f} MB, "
+                      f"rc {rec['rc']}, removed {rec.get('removed', '—')}, load "
+                      f"{load_cell(rec)}, jit cache files after "
+                      f"{rec['jit_index_files_after']}", flush=True)
+            if "error" in rec:
+                print(f"   error: {rec['error'][-800:]}", flush=True)
+            save_run(rec)
+        block_s[inp_name] = time.time() - started
 
 
 # ---------------------------------------------------------------------------------------
@@ -478,12 +492,21 @@ def removed_set(run: dict[str, Any]) -> set[str]:
     return set(json.loads(Path(run["removed_file"]).read_text()))
 
 
+def load_cell(run: dict[str, Any]) -> str:
+    """``2.1→2.4 [3.0]``: 1-minute load average at start and end, mean runnable tasks.
+
+    >>> load_cell({"load": [2.12, 2.4], "runnable": 3.04})
+    '2.1→2.4 [3.0]'
+    """
+    return f"{run['load'][0]:.1f}→{run['load'][1]:.1f} [{run.get('runnable', 0.0):.1f}]"
+
+
 def input_table(name: str, meta: dict[str, Any], g: dict[tuple[str, str, str], list]) -> str:
     inp = meta["inputs"][name]
     headers = ["tool", "cache", "runs", "wall s median (min–max)", "docs/s", "MB/s",
                "peak PSS MB median (min–max)", "rows removed", "cold/cold: × slower than "
                "cleanpipe cold (range)", "warm/warm: × slower than cleanpipe warm (range)",
-               "load avg per run (start→end)"]
+               "load per run: 1-min avg start→end [mean runnable]"]
     cold = g.get((name, "cleanpipe", "cold"))
     warm = g.get((name, "cleanpipe", "warm"))
     cold_w = Spread.of(r["wall_s"] for r in cold) if cold else None
@@ -508,7 +531,7 @@ def input_table(name: str, meta: dict[str, Any], g: dict[tuple[str, str, str], l
                          inp["rows"] / wall.median, inp["bytes"] / 1e6 / wall.median,
                          pss.fmt("{:.0f}"), " / ".join(f"{x:,}" for x in removed),
                          vs_cold, vs_warm,
-                         ", ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in runs)])
+                         ", ".join(load_cell(r) for r in runs)])
     return md_table(headers, rows)
 
 
@@ -616,6 +639,11 @@ def report(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         " cold against cold.** Python's own bytecode caches and the OS page cache are warm for"
         " every tool alike (installed packages; inputs read by earlier runs).",
         "- Peak PSS: the whole process tree (workers included), sampled every 0.1 s.",
+        "- Load per run: the 1-minute load average when the run started and ended, and in"
+        " brackets the mean number of runnable tasks over the run (sampled every 0.1 s, the"
+        " measured tool's own processes included). With 2 workers a tool alone shows about"
+        f" 2; above the machine's {meta['cores']} cores, other work shared the CPU and the"
+        " wall time is inflated by it.",
     ]
     for name in INPUTS:
         if name not in meta["inputs"]:
@@ -649,8 +677,9 @@ def report(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 f"```{r['error'].strip()[-600:]}```" for r in failed]
     planned = len(plan(meta["tools"], list(meta["inputs"]), meta["reps"]))
     if len(runs) < planned:
-        out += ["", f"**Only {len(runs)} of the {planned} planned runs were made** (stopped"
-                " at the deadline or interrupted); the figures above are from those."]
+        out += ["", f"**Only {len(runs)} of the {planned} planned runs were made** (blocks"
+                " skipped at the deadline, or interrupted); the `runs` column says how many"
+                " each figure rests on."]
     return "\n".join(out)
 
 
@@ -661,7 +690,7 @@ def main() -> None:
     ap.add_argument("--inputs", default=",".join(INPUTS))
     ap.add_argument("--only", default=",".join(DEFAULT_TOOLS))
     ap.add_argument("--rows", type=int, default=0, help="sample ~N rows (0 = whole corpus)")
-    ap.add_argument("--deadline", help="HH:MM UTC: start no round that would end after it")
+    ap.add_argument("--deadline", help="HH:MM UTC: start no block of runs that would end after it")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild peers.md from benchmarks/.work/peers/runs.jsonl")
     args = ap.parse_args()
