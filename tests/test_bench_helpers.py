@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from _caches import CACHE_VARS, cache_env, empty_cache, installer_traces, jit_index_files
-from _common import measure
+from _common import LoadWatch, measure, runnable_tasks
 from _repeats import Spread, interleaved, ratio_spread
 from bench_peers import one_file, plan, seconds_until
 from bench_scaling import perturb
@@ -52,6 +53,22 @@ def test_measure_counts_a_forked_grandchild():
 def test_measure_reports_failure_exit_code():
     m = measure([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
     assert (m.rc, m.stderr) == (3, "boom")
+
+
+def test_runnable_tasks_count_a_busy_child():
+    assert runnable_tasks() >= 1  # this test's own process is running
+    # A child that spins for 1 s is runnable the whole time: the mean counts it (other work
+    # on a shared machine can only add to it).
+    m = measure([sys.executable, "-c",
+                 "import time\nt = time.time()\nwhile time.time() - t < 1: pass"])
+    assert m.rc == 0
+    assert m.runnable_mean >= 0.5
+    with LoadWatch(0.01) as w:
+        t = time.time()
+        while time.time() - t < 0.3:
+            pass
+    assert w.runnable_mean >= 0.5
+    assert w.cell().count("→") == 1
 
 
 def shingles(text: str, n: int = 5) -> set[str]:
