@@ -438,10 +438,11 @@ def measure_all(args: argparse.Namespace) -> None:
         started = time.time()
         # A block is one input's runs in one round: the unit that is kept or skipped whole,
         # so a later, shorter block (the other input) may still fit before the deadline.
-        if deadline and inp_name in block_s and started + block_s[inp_name] > deadline:
-            print(f"== skipping round {rep + 1} on {inp_name}: its last block took "
-                  f"{block_s[inp_name]:.0f} s, it would end after {args.deadline} UTC",
-                  flush=True)
+        # No block on this input yet: the longest block so far is the estimate.
+        est = block_s.get(inp_name, max(block_s.values(), default=0.0))
+        if deadline and started + est > deadline:
+            print(f"== skipping round {rep + 1} on {inp_name}: estimated {est:.0f} s from the "
+                  f"blocks so far, it would end after {args.deadline} UTC", flush=True)
             continue
         for _, (_, tool, state) in slots:
             print(f"== round {rep + 1}/{args.reps}: {tool} ({state}) on {inp_name}", flush=True)
