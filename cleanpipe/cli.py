@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import socket
 import sys
 import traceback
 from collections.abc import Callable
@@ -33,7 +34,7 @@ def _error_code(exc: BaseException) -> int | None:
     from cleanpipe.spec import ConfigError
     from cleanpipe.stages.base import StageError
 
-    if isinstance(exc, InputError):
+    if isinstance(exc, InputError) or _network_error(exc):
         return EXIT_INPUT
     if isinstance(exc, (ConfigError, FieldError, OutputError, StageError, ValidationError,
                         FileExistsError)):
@@ -41,6 +42,49 @@ def _error_code(exc: BaseException) -> int | None:
     if isinstance(exc, OSError) and exc.errno is not None:
         return EXIT_USAGE
     return None
+
+
+def _network_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a failed connection or look-up: a remote input
+    that cannot be reached is an unreadable input, not a bug in cleanpipe."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        cls = type(seen)
+        if isinstance(seen, (ConnectionError, TimeoutError, socket.gaierror)):
+            return True
+        if cls.__module__.split(".")[0] in ("httpx", "httpcore", "requests", "urllib3",
+                                            "huggingface_hub", "aiohttp") and any(
+                w in cls.__name__ for w in ("Connect", "Timeout", "Network", "Offline")):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _report_dir_of(argv: list[str]) -> str | None:
+    """``--report-dir`` from the raw arguments, for errors argparse raises before parsing
+    finishes."""
+    for i, a in enumerate(argv):
+        if a == "--report-dir" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--report-dir="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _leave_error_report(report_dir: str | None, command: str, pipeline: str | None,
+                        code: int, message: str, kind: str) -> None:
+    if not report_dir:
+        return
+    from cleanpipe.report.error import error_report, write_error_report
+
+    try:
+        write_error_report(error_report(command=command, pipeline=pipeline, exit_code=code,
+                                        message=message, kind=kind), report_dir)
+    except OSError as exc:
+        print(f"cleanpipe: could not write the error report to {report_dir}: {exc}",
+              file=sys.stderr)
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -130,7 +174,7 @@ def _run(pipe: Any, args: argparse.Namespace, out: str | None,
         return pipe.run(_input(args), None, workers=args.workers, progress=progress,
                         report_dir=report_dir)
     return pipe.run(_input(args), out, overwrite=args.overwrite, workers=args.workers,
-                    progress=progress)
+                    progress=progress, report_dir=getattr(args, "report_dir", None))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -163,20 +207,43 @@ def describe_stages() -> str:
         if codes:
             out.append(f"    codes: {codes}")
         for fname, f in cls.model_fields.items():
-            default = f.default if f.default_factory is None else f.default_factory()
-            ann = _type_name(f.annotation)
+            if f.is_required():
+                default = " (required)"
+            else:
+                value = f.default if f.default_factory is None else f.default_factory()
+                default = f" = {value!r}"
             desc = " — " + " ".join(f.description.split()) if f.description else ""
-            out.append(f"    {fname}: {ann} = {default!r}{desc}")
+            out.append(f"    {fname}: {_type_name(f.annotation)}{default}{desc}")
     return "\n".join(out)
 
 
 def _type_name(t: Any) -> str:
+    """A parameter's type as a user writes it: validators and other metadata left out.
+
+        >>> from typing import Annotated, Literal
+        >>> from pydantic import AfterValidator
+        >>> _type_name(dict[str, Annotated[str, AfterValidator(str.strip)]])
+        'dict[str, str]'
+        >>> _type_name(Literal["a", "b"] | None)
+        "'a' | 'b' | None"
+    """
+    import types
     import typing
 
-    if typing.get_origin(t) is typing.Literal:
-        return " | ".join(repr(a) for a in typing.get_args(t))
-    if isinstance(t, type) and not typing.get_args(t):
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if t is type(None):
+        return "None"
+    if isinstance(t, type) and not args:
         return t.__name__
+    if origin is not None and args:
+        name = getattr(origin, "__name__", str(origin).replace("typing.", ""))
+        return f"{name}[{', '.join(_type_name(a) for a in args)}]"
     return str(t).replace("typing.", "").replace("cleanpipe.stages.base.", "")
 
 
@@ -244,11 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", help="output folder, local or a URI such as"
                    " s3://bucket/cleaned (overrides output.path)")
     p.add_argument("--format", choices=["parquet", "jsonl", "hf"])
+    p.add_argument("--report-dir", help="also write report.json/md/html and junit.xml here;"
+                   " if the run stops on an error, report.json and junit.xml say why")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("check", help="run every check read-only (no dataset written): CI gate")
     _common_run_args(p)
-    p.add_argument("--report-dir", help="write report.json/md/html and junit.xml here")
+    p.add_argument("--report-dir", help="write report.json/md/html and junit.xml here (on an"
+                   " error too: report.json and junit.xml then say why)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("validate", help="check a pipeline file without running it")
@@ -286,7 +356,15 @@ def _register_commands(sub: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    raw = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parser.parse_args(raw)
+    except SystemExit as exc:
+        if exc.code == EXIT_USAGE:
+            _leave_error_report(_report_dir_of(raw), raw[0] if raw else "cleanpipe", None,
+                                EXIT_USAGE, "invalid command line (see the message above)",
+                                "UsageError")
+        raise
     try:
         return int(args.func(args))
     except BrokenPipeError:
@@ -303,6 +381,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        from cleanpipe.io.sources import InputError
+
+        if not isinstance(exc, InputError) and _network_error(exc):
+            where = " ".join(getattr(args, "input", None) or ["the input"])
+            msg = f"{where}: cannot be reached (offline, or no such host?): {msg}"
+        _leave_error_report(getattr(args, "report_dir", None), args.command,
+                            getattr(args, "pipeline", None), 70 if code is None else code,
+                            msg, type(exc).__name__)
         if code is None:
             print(f"cleanpipe: internal error: {type(exc).__name__}: {msg} (rerun with --debug"
                   " for the traceback, and please report it)", file=sys.stderr)

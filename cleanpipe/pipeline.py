@@ -131,8 +131,8 @@ class Pipeline:
             report_dir: str | Path | None = None,
             executor: Callable[..., Iterator[Rows]] | None = None) -> dict[str, Any]:
         """Run the pipeline. With an output directory, write data, quarantine and reports
-        there atomically; without one, only compute the report (and write it to
-        ``report_dir`` if given). Returns the report dict.
+        there atomically; without one, only compute the report. The reports also go to
+        ``report_dir`` if given. Returns the report dict.
 
         ``executor`` replaces the local engine's :func:`~cleanpipe.engine.local.execute`
         (same signature); the Ray engine passes its own so writing stays in one place."""
@@ -204,6 +204,8 @@ class Pipeline:
                 atomic.commit()
         except OSError as e:
             raise _output_error(redact(os.fspath(out)), e) from e
+        if report_dir is not None:
+            _write_report_dir(report, report_dir)
         return report
 
     @staticmethod

@@ -12,6 +12,11 @@ a pyarrow Table/RecordBatch, a polars DataFrame or a ``dict`` batch (``datasets.
     ('ABC', ['A', None])
     >>> Upper()({"text": ["x"], "n": [1]})
     {'text': ['X'], 'n': [1]}
+
+Inside ``datasets.Dataset.map`` a text or batch stage works with and without
+``batched=True`` (a row that the stage would drop cannot be removed by an unbatched map, so
+that raises). A global stage (dedup, outliers) must see every row: ``map`` would hand it one
+batch at a time, so it refuses there; call it on the whole ``Dataset`` instead.
 """
 
 from __future__ import annotations
@@ -27,7 +32,30 @@ from cleanpipe.fields import discover_text_fields, flatten_field, rebuild_field
 if TYPE_CHECKING:
     from cleanpipe.stages.base import BatchStage, Findings, GlobalStage, TextStage
 
-_DROP_LIKE = ("drop",)
+
+
+class WholeDatasetRequired(TypeError):
+    """A global stage was called on one batch of a ``datasets`` dataset (``Dataset.map``)."""
+
+
+class RowWouldBeDropped(ValueError):
+    """An unbatched ``Dataset.map`` cannot remove the row a stage drops."""
+
+
+def _map_piece(data: Any) -> str | None:
+    """``"batch"`` or ``"row"`` when ``data`` is what ``datasets.Dataset.map`` passes to
+    its function (a ``LazyBatch`` or ``LazyRow``), else None."""
+    if not isinstance(data, Mapping) or not type(data).__module__.startswith("datasets."):
+        return None
+    return "row" if type(data).__name__ == "LazyRow" else "batch"
+
+
+def _is_dataset(data: Any) -> bool:
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - datasets is a dependency
+        return False
+    return isinstance(data, datasets.Dataset)
 
 
 def _to_string_array(data: Any) -> pa.Array:
@@ -69,6 +97,10 @@ def _drop_mask(findings: Findings, n: int) -> np.ndarray:
 
 def _batch_from(data: Any) -> tuple[pa.RecordBatch, str]:
     pl = _polars()
+    if _is_dataset(data):
+        return _batch_from(data.with_format("arrow")[:])[0], "dataset"
+    if _map_piece(data) == "row":
+        return pa.RecordBatch.from_pylist([dict(data)]), "row"
     if isinstance(data, pa.RecordBatch):
         return data, "batch"
     if isinstance(data, pa.Table):
@@ -82,7 +114,23 @@ def _batch_from(data: Any) -> tuple[pa.RecordBatch, str]:
     raise TypeError(f"cannot apply a stage to {type(data).__name__}")
 
 
-def _back(batch: pa.RecordBatch, kind: str) -> Any:
+def _back(batch: pa.RecordBatch, kind: str, original: Any = None) -> Any:
+    if kind == "row":
+        rows = batch.to_pylist()
+        if len(rows) != 1:
+            raise RowWouldBeDropped(
+                "the stage drops this row, which Dataset.map without batched=True cannot "
+                "remove: use ds.map(stage, batched=True)")
+        return rows[0]
+    if kind == "dataset":
+        import datasets
+        from datasets.table import InMemoryTable
+
+        table = pa.Table.from_batches([batch])
+        same = table.schema.equals(original.data.schema)
+        # the features (ClassLabel names, say) carry over when the columns kept their types
+        return datasets.Dataset(InMemoryTable(table), info=original.info.copy() if same
+                                else None)
     if kind == "batch":
         return batch
     if kind == "table":
@@ -111,7 +159,7 @@ def apply_text_stage(stage: TextStage, data: Any) -> Any:
     batch, kind = _batch_from(data)
     fields = stage.fields or discover_text_fields(batch.schema)
     batch, found = run_text_stage_on_batch(stage, batch, fields)
-    return _back(batch.filter(pa.array(_drop_mask(found, batch.num_rows))), kind)
+    return _back(batch.filter(pa.array(_drop_mask(found, batch.num_rows))), kind, data)
 
 
 def apply_batch_stage(stage: BatchStage, data: Any) -> Any:
@@ -123,13 +171,20 @@ def apply_batch_stage(stage: BatchStage, data: Any) -> Any:
     ctx = BatchContext(batch, discover_text_fields(batch.schema))
     res = stage.process(batch, ctx)
     out = res.batch if res.batch is not None else batch
-    return _back(out.filter(pa.array(_drop_mask(res.findings, out.num_rows))), kind)
+    return _back(out.filter(pa.array(_drop_mask(res.findings, out.num_rows))), kind, data)
 
 
 def apply_global_stage(stage: GlobalStage, data: Any) -> Any:
-    """Run a global stage (e.g. dedup) on an in-memory table-like value."""
+    """Run a global stage (e.g. dedup) on an in-memory table-like value or a whole
+    ``datasets.Dataset``; refuses one batch or row of a ``Dataset.map``."""
     from cleanpipe.stages.base import BatchContext
 
+    if _map_piece(data) is not None:
+        cls = type(stage).__name__
+        raise WholeDatasetRequired(
+            f"{stage.name} must see the whole dataset: inside Dataset.map it would compare "
+            f"the rows of one batch only. Call it on the dataset instead: ds = {cls}(...)(ds)"
+            ", or run a Pipeline")
     stage.setup()
     batch, kind = _batch_from(data)
     ctx = BatchContext(batch, discover_text_fields(batch.schema))
@@ -138,4 +193,4 @@ def apply_global_stage(stage: GlobalStage, data: Any) -> Any:
     stage.finalize()
     res = stage.decide(batch, seq, ctx)
     out = res.batch if res.batch is not None else batch
-    return _back(out.filter(pa.array(_drop_mask(res.findings, out.num_rows))), kind)
+    return _back(out.filter(pa.array(_drop_mask(res.findings, out.num_rows))), kind, data)

@@ -68,6 +68,15 @@ def test_stages_lists_every_stage(capsys) -> None:
         assert f"\n{name}  (" in "\n" + out
 
 
+def test_stages_shows_required_and_plain_types(capsys) -> None:
+    assert main(["stages"]) == 0
+    out = capsys.readouterr().out
+    for junk in ("PydanticUndefined", "<function", " at 0x", "Annotated"):
+        assert junk not in out
+    assert "    max_length: int (required)" in out
+    assert "    patterns: dict[str, str] (required)" in out
+
+
 def test_gate_reason_typo_is_a_config_error(tmp_path: Path, capsys) -> None:
     pipe = _pipe(tmp_path, "name: t\nstages:\n  - stage: exact_dedup\n"
                            "gate:\n  never: [exact_duplicat]\n")

@@ -37,10 +37,13 @@ def cesu_jsonl(tmp_path):
     return p
 
 
-def test_decode_replace_keeps_row_with_fffd(cesu_jsonl):
+def test_decode_replace_reads_cesu8_pair_on_record(cesu_jsonl):
     tables, bad = _read(cesu_jsonl)
     assert bad == []
-    assert [r["text"] for r in _rows(tables)] == ["ok", "pizza " + "\ufffd" * 6, "z"]
+    assert [r["text"] for r in _rows(tables)] == ["ok", "pizza \U0001f355", "z"]
+    fixes = [f for c in iter_chunks(cesu_jsonl, ReadOptions()) for f in c.fixes]
+    assert [(f.code, f.rows.tolist()) for f in fixes] == [("decode_repaired", [1])]
+    assert "CESU-8 for U+1F355" in fixes[0].detail
 
 
 def test_decode_quarantine_names_line_and_offset(cesu_jsonl):
@@ -79,7 +82,12 @@ def test_snips_cesu8_replace():
     n = len(json.loads(p.read_bytes().decode("utf-8", "surrogatepass"))["PlayMusic"])
     assert sum(t.num_rows for t in tables) == n
     texts = json.dumps(_rows(tables), ensure_ascii=False)
-    assert "\ufffd" in texts
+    # the CESU-8 pairs are read as the characters they stand for, exactly
+    assert "\ufffd" not in texts
+    meant = p.read_bytes().decode("utf-8", "surrogatepass").encode(
+        "utf-16", "surrogatepass").decode("utf-16")
+    emoji = {ch for ch in meant if ord(ch) > 0xFFFF}
+    assert emoji and all(ch in texts for ch in emoji)
 
 
 def test_snips_cesu8_quarantine_file_line_offset():
@@ -206,4 +214,5 @@ def test_text_and_csv_decode_quarantine(tmp_path):
     assert [r["text"] for r in _rows(tables)] == ["fine", "ok"]
     assert [(b.line, b.code) for b in bad] == [(2, "decode_error")]
     tables, bad = _read(c)
-    assert [r["text"] for r in _rows(tables)] == ["fine", "b\ufffdd", "ok"]
+    # a lone FF reads as ÿ in Windows-1252, Latin-1 and Latin-9 alike (see utf8_repair)
+    assert [r["text"] for r in _rows(tables)] == ["fine", "b\xffd", "ok"]

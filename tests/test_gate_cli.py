@@ -58,7 +58,11 @@ def test_exit_1_when_the_gate_fails(tmp_path, capsys) -> None:
 def test_exit_2_on_an_invalid_gate(tmp_path, capsys, gate) -> None:
     code, io = _check(tmp_path, _pipeline(tmp_path, gate), _data(tmp_path), capsys)
     assert code == 2
-    assert "gate" in io.err and not (tmp_path / "rep").exists()
+    assert "gate" in io.err
+    # no gate ran: the report folder holds only the error, never a verdict that passed
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text(encoding="utf-8"))
+    assert rep["verdict"] == {"passed": False, "exit_code": 2, "rules": []}
+    assert "gate" in rep["error"]["message"] and "totals" not in rep
 
 
 def test_exit_3_on_unreadable_input(tmp_path, capsys) -> None:

@@ -183,3 +183,39 @@ def test_outliers_flags_extremes() -> None:
     s.finalize()
     res = s.decide(b, seq, ctx)
     assert res.findings.positions().tolist() == [300, 301]
+
+
+def _outlier_positions(s: Outliers, rows: list[str]) -> list[int]:
+    b = pa.RecordBatch.from_pylist([{"text": t} for t in rows])
+    ctx = BatchContext(b, ["text"])
+    seq = np.arange(b.num_rows)
+    s.observe(s.prepare(b, ctx), seq, b, ctx)
+    s.finalize()
+    return s.decide(b, seq, ctx).findings.positions().tolist()
+
+
+def test_outliers_zero_mad_needs_a_real_difference() -> None:
+    # Most rows have no digit, so the digit ratio's MAD is zero: one digit in a sentence is
+    # not an outlier, a row that is mostly digits is.
+    rows = [f"please tell me about my card number {w} today" for w in ["a", "b", "c"] * 40]
+    rows += ["I was charged 5 euros twice", "my pin is 1234 and it fails"]
+    rows += ["4485 2931 0077 1234 9981 0001"]
+    assert _outlier_positions(Outliers(fields=["text"]), rows) == [len(rows) - 1]
+
+
+@pytest.mark.realdata
+def test_outliers_on_banking77_flag_no_row_for_a_few_digits() -> None:
+    import pyarrow.csv as pcsv
+
+    t = pcsv.read_csv(realdata("cls_banking77", "train.csv"))
+    texts = t.column("text").to_pylist()
+    planted = "0000 1111 2222 3333 4444 5555 6666"
+    flagged = _outlier_positions(Outliers(fields=["text"]), [*texts, planted])
+    assert len(texts) in flagged
+    for i in flagged[:-1]:
+        t_ = texts[i]
+        digits = sum(c.isdigit() for c in t_) / max(len(t_), 1)
+        letters = sum(c.isalpha() for c in t_) / max(len(t_), 1)
+        # An independent reading of "really unusual": mostly digits or few letters, or a
+        # length far outside the corpus (banking77 utterances are 10-400 characters).
+        assert digits > 0.25 or letters < 0.5 or not 10 <= len(t_) <= 400, t_

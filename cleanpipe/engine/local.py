@@ -40,6 +40,7 @@ from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.io.filesystems import is_local, iter_blocks, read_bytes, reason
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
+from cleanpipe.io.schemas import check_fields_seen, with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
 from cleanpipe.spec import PipelineSpec
 from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
@@ -262,6 +263,7 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
     # independent of the batch size (bad records of a shard ride on its first chunk, so a
     # running counter would number them differently with every batch size)
     base = 0
+    seen: set[str] = set()  # columns some file has: a text field in none is a typo
     for shard in shards:
         state.shards += 1
         shard = _fetch_once(shard)
@@ -300,13 +302,18 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
                 continue
             ids = _row_ids(chunk, inp.id_field)
             seq = base + np.asarray(chunk.numbers, dtype=np.int64)
-            rows = Rows(chunk.batch, chunk.batch, ids, seq, shard.name, None, unreadable)
+            seen.update(chunk.batch.schema.names)
+            # a text field missing from a whole file reads as nulls, as a missing key does
+            batch = with_text_fields(chunk.batch, spec.fields or state.text_fields)
+            rows = Rows(batch, batch, ids, seq, shard.name, None, unreadable)
             if chunk.fixes:
                 rows.read_events = _read_fix_events(chunk, ids, seq, state)
             state.read += n
             progress.advance_rows(n)
             yield rows
         base += top + 1
+    if spec.fields and seen:
+        check_fields_seen(spec.fields, seen)
 
 
 # ------------------------------------------------------------------------------- spill

@@ -57,7 +57,7 @@ def distributed(stage: GlobalStage, ray: Any, parts: int) -> RayGrouping | None:
     """The distributed grouping of ``stage``, or ``None`` (then it runs on the driver)."""
     if isinstance(stage, MinHashDedup):
         return RayMinHash(stage, ray, parts)
-    if isinstance(stage, ExactDedup):
+    if isinstance(stage, ExactDedup) and stage.groups_by_content_only():
         return RayExactDedup(stage, ray, parts)
     return None
 

@@ -34,7 +34,14 @@ import pyarrow.parquet as pq
 from cleanpipe.io.empty_objects import without_empty_objects
 from cleanpipe.io.filesystems import is_local, read_bytes, reason
 from cleanpipe.io.sources import InputError, Shard, resolve_sources
-from cleanpipe.io.type_clashes import first_clashes, first_out_of_range, json_kind
+from cleanpipe.io.type_clashes import (
+    first_clashes,
+    first_out_of_range,
+    float_paths,
+    json_kind,
+    parse_float,
+)
+from cleanpipe.io.utf8_repair import invalid_ranges, mend
 
 
 @dataclass
@@ -54,8 +61,8 @@ class ReadFix:
     """Rows the reader had to change to store them, all in the same way (a ``fix`` event
     each, so the change is on record)."""
 
-    code: str  # empty_object
-    field: str
+    code: str  # empty_object | decode_repaired | decode_replaced
+    field: str | None  # None: the record as a whole (a byte's field is not known)
     detail: str
     rows: np.ndarray  # positions in the chunk's batch
 
@@ -115,16 +122,7 @@ _GUESS_ENCODINGS = ("gb18030", "big5", "shift_jis", "euc-kr", "cp1252")
 
 def _bad_utf8_bytes(data: bytes) -> np.ndarray:
     """Offset of every byte that is part of an invalid UTF-8 sequence (ascending)."""
-    ranges: list[tuple[int, int]] = []
-
-    def collect(err: UnicodeError) -> tuple[str, int]:
-        assert isinstance(err, UnicodeDecodeError)
-        ranges.append((err.start, err.end))
-        return "", err.end
-
-    # one C-speed pass; the handler is only called at the bad sequences
-    codecs.register_error("cleanpipe-collect", collect)
-    data.decode("utf-8", errors="cleanpipe-collect")
+    ranges = invalid_ranges(data)
     if not ranges:
         return np.zeros(0, np.int64)
     return np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in ranges])
@@ -146,12 +144,16 @@ def _guess_encoding(data: bytes) -> str | None:
     return None
 
 
-def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions) -> tuple[bytes, np.ndarray]:
-    """UTF-8 bytes of ``data`` and the offset of every byte of an invalid sequence.
+def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions
+                    ) -> tuple[bytes, np.ndarray, bool]:
+    """UTF-8 bytes of ``data``, the offset of every byte of an invalid sequence, and whether
+    the file is UTF-8 (so its invalid bytes may be read by :mod:`utf8_repair`'s rule).
 
     A BOM is removed (UTF-8; UTF-16/32 BOMs also select that encoding). Other encodings
-    (``input.encoding``) are transcoded first; ``on_decode_error: fail`` names the line and
-    byte offset of the first bad sequence, in the file as it is on disk.
+    (``input.encoding``) are transcoded first, bytes that are not valid in them kept as
+    invalid UTF-8 bytes, so each reader replaces them per record, with an event;
+    ``on_decode_error: fail`` names the line and byte offset of the first bad sequence, in
+    the file as it is on disk.
     """
     enc = codecs.lookup(opts.encoding).name if _known(opts.encoding) else None
     if enc is None:
@@ -166,7 +168,7 @@ def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions) -> tuple[bytes
             data = data[3:]
         bad = _bad_utf8_bytes(data)
         if bad.size == 0:
-            return data, bad
+            return data, bad, True
         first = int(bad[0])
         where = f"{shard.path}:{_line_of(data, first)}"
         if bad.size > max(NOT_UTF8_MIN, NOT_UTF8_SHARE * len(data)):
@@ -180,7 +182,7 @@ def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions) -> tuple[bytes
                 f"{where}: invalid UTF-8 at byte offset {first}; if the file is in another"
                 " encoding set input.encoding (e.g. gb18030, utf-16), or set"
                 " input.on_decode_error to replace or quarantine")
-        return data, bad
+        return data, bad, True
     try:
         text = data.decode(enc)
     except UnicodeDecodeError as e:
@@ -188,14 +190,13 @@ def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions) -> tuple[bytes
             raise InputError(f"{shard.path}:{_line_of(data, e.start)}: not valid {enc} at byte"
                              f" offset {e.start}; check input.encoding, or set"
                              " input.on_decode_error to replace or quarantine") from None
-        # the bad bytes become U+FFFD here; with quarantine they are marked as lone
-        # surrogates, which the UTF-8 encoding below turns back into invalid bytes
-        errors = "replace" if opts.on_decode_error == "replace" else "surrogateescape"
-        text = data.decode(enc, errors=errors)
+        # the bad bytes are marked as lone surrogates, which the UTF-8 encoding below turns
+        # back into invalid bytes: each reader then replaces (with an event) or quarantines
+        # the records holding them
+        text = data.decode(enc, errors="surrogateescape")
     text = text.removeprefix("\ufeff")
     out = text.encode("utf-8", errors="surrogateescape")
-    return out, _bad_utf8_bytes(out) if opts.on_decode_error == "quarantine" else np.zeros(
-        0, np.int64)
+    return out, _bad_utf8_bytes(out), False
 
 
 def _known(encoding: str) -> bool:
@@ -238,8 +239,12 @@ def _empty_object_fixes(table: pa.Table) -> tuple[pa.Table, list[ReadFix]]:
 
 
 def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRecord],
-             batch_size: int, nbytes: int) -> Iterator[Chunk]:
+             batch_size: int, nbytes: int, notes: Notes | None = None) -> Iterator[Chunk]:
     table, fixes = _empty_object_fixes(table)
+    # one fix per noted row, in row order: each batch takes its own by bisection, so a file
+    # with many repaired rows costs no more than one pass over them
+    noted = _note_fixes(notes, numbers) if notes else []
+    noted_at = np.asarray([f.rows[0] for f in noted], np.int64)
     n = table.num_rows
     if n and table.num_columns == 0:
         # every record is {}: there is nothing to keep, and Arrow mis-slices a table without
@@ -263,10 +268,41 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
         end = start + batch.num_rows
         here = [ReadFix(f.code, f.field, f.detail, f.rows[(f.rows >= start) & (f.rows < end)]
                         - start) for f in fixes]
+        lo, hi = np.searchsorted(noted_at, [start, end]).tolist()
+        here += [ReadFix(f.code, f.field, f.detail, f.rows - start) for f in noted[lo:hi]]
         # bad records and the byte count ride on the first chunk of the shard
         yield Chunk(shard, batch, numbers[start:end], bad if first else [],
                     nbytes if first else 0, fixes=[f for f in here if f.rows.size])
         first = False
+
+
+#: changes the reader made to a record before it could store it: record number ->
+#: ``(code, detail)`` of each, recorded as ``fix`` events of the rows kept
+Notes = dict[int, list[tuple[str, str]]]
+
+
+def _note_fixes(notes: Notes, numbers: np.ndarray) -> list[ReadFix]:
+    """One :class:`ReadFix` per kept record and code, in row order (a quarantined record
+    keeps its raw text instead)."""
+    fixes = []
+    for num in sorted(notes):
+        pos = int(np.searchsorted(numbers, num))
+        if pos >= numbers.size or numbers[pos] != num:
+            continue
+        by_code: dict[str, list[str]] = {}
+        for code, detail in notes[num]:
+            by_code.setdefault(code, []).append(detail)
+        fixes += [ReadFix(code, None, "; ".join(ds), np.array([pos], np.int64))
+                  for code, ds in by_code.items()]
+    return fixes
+
+
+def _mend_line(line: bytes, num: int, start: int, guess: bool, notes: Notes) -> str:
+    """A line's text with its invalid bytes read (:func:`mend`), each change noted."""
+    text, mends = mend(line, guess)
+    notes[num] = [(m.code, m.describe(f"line {num}, byte offset {start + m.offset}" if guess
+                                      else f"line {num}")) for m in mends]
+    return text
 
 
 def _fast_json(data: bytes) -> pa.Table | None:
@@ -308,12 +344,12 @@ def _decode_bad(shard: Shard, line: bytes, num: int, off: int) -> BadRecord:
 
 def _read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     raw = _open_bytes(shard)
-    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
-    yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts)
+    data, bad_bytes, guess = _decode_to_utf8(shard, raw, opts)
+    yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts, guess)
 
 
 def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
-                  opts: ReadOptions) -> Iterator[Chunk]:
+                  opts: ReadOptions, guess: bool = True) -> Iterator[Chunk]:
     bad: list[BadRecord] = []
     if not data.strip():
         yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, bad, opts.batch_size,
@@ -321,6 +357,9 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
         return
     if not bad_bytes.size:
         table = _fast_json(data)
+        if table is not None and _LONG_INT_BYTES.search(data) and _any_type(
+                table.schema, pa.types.is_floating):
+            table = None  # a long integer may have been rounded to a float: check each
         if table is not None:
             n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
             if table.num_rows == n_lines:
@@ -338,7 +377,8 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
     records: list[Any] = []
     raws: list[str] = []
     good: list[int] = []
-    decoder = json.JSONDecoder()
+    notes: Notes = {}
+    decoder = _decoder(data)
     for s, e, num, off in zip(starts.tolist(), ends.tolist(), numbers.tolist(),
                               first_bad.tolist(), strict=True):
         line = data[s:e]
@@ -346,7 +386,7 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
             if opts.on_decode_error == "quarantine":
                 bad.append(_decode_bad(shard, line, num, off))
                 continue
-            text = line.decode("utf-8", errors="replace")
+            text = _mend_line(line, num, s, guess, notes)
         else:
             text = line.decode("utf-8")
         try:
@@ -375,10 +415,11 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
         records.append(rec)
         raws.append(text)
         good.append(num)
-    table, records_bad = _table_from_records(shard, records, good, opts, raws)
+    table, records_bad = _table_from_records(shard, records, good, opts, raws,
+                                             bool(_SUSPECT_BYTES.search(data)), notes)
     bad = sorted(bad + records_bad, key=lambda b: b.line)
     yield from _batches(table, np.asarray(good, dtype=np.int64), shard, bad, opts.batch_size,
-                        len(raw))
+                        len(raw), notes)
 
 
 #: what pyarrow raises when Python values do not fit one Arrow type (or any: a lone
@@ -388,42 +429,58 @@ _CONVERT_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedErr
 
 
 def _table_from_records(shard: Shard, records: list[Any], numbers: list[int],
-                        opts: ReadOptions, raws: list[str] | None = None
+                        opts: ReadOptions, raws: list[str] | None = None,
+                        suspect: bool = False, notes: Notes | None = None
                         ) -> tuple[pa.Table, list[BadRecord]]:
     """A table of ``records``; the records that cannot share it become bad records.
 
     A record whose value at some path has another JSON type than most values there (a
-    number where text is expected, an object where a list is) is a ``type_mismatch``; see
-    :mod:`cleanpipe.io.type_clashes`. One odd record costs that record, not the file.
-    ``numbers`` is updated in place to the records kept.
+    number where text is expected, an object where a list is, a boolean among numbers) is a
+    ``type_mismatch``; a number that cannot be stored as written is a
+    ``number_out_of_range``; see :mod:`cleanpipe.io.type_clashes`. One odd record costs
+    that record, not the file. ``suspect`` (the text holds bare booleans or huge numbers)
+    checks the records even when Arrow takes them all, since it would store ``true`` among
+    numbers as ``1.0`` and ``1e400`` as ``inf``. ``numbers`` is updated in place to the
+    records kept.
     """
     texts: list[str | None] = list(raws) if raws is not None else [None] * len(records)
     records, too_deep = _drop_too_deep(shard, records, numbers, texts)
     try:
-        return _from_pylist(records), too_deep
+        table = _from_pylist(records)
+        if not (suspect and _has_numbers(table.schema)):
+            return table, too_deep
     except _CONVERT_ERRORS:
         pass  # what follows only runs for files whose records do not fit one table
     bad: list[BadRecord] = []
     keep_recs: list[Any] = []
     keep_nums: list[int] = []
     keep_texts: list[str | None] = []
+    floats = float_paths(records)
     for rec, num, raw, clash in zip(records, numbers, texts, first_clashes(records),
                                     strict=True):
-        if clash is None:
+        unfit = first_out_of_range(rec, floats) if clash is None else None
+        if clash is None and unfit is None:
             keep_recs.append(rec)
             keep_nums.append(num)
             keep_texts.append(raw)
             continue
         if opts.on_parse_error == "fail":
-            raise InputError(f"{shard.path}:{num}: field {clash}; make it one type in every"
-                             " record or set input.on_parse_error: quarantine")
-        bad.append(BadRecord(shard.name, num, "type_mismatch",
-                             f"field {clash} of {shard.name} (line {num}); a column keeps"
-                             " one type", raw if raw is not None else _dumps(rec)))
+            raise InputError(f"{shard.path}:{num}: field {clash or unfit}; make it one type"
+                             " in every record or set input.on_parse_error: quarantine")
+        if clash is not None:
+            bad.append(BadRecord(shard.name, num, "type_mismatch",
+                                 f"field {clash} of {shard.name} (line {num}); a column keeps"
+                                 " one type", raw if raw is not None else _dumps(rec)))
+        else:
+            bad.append(BadRecord(shard.name, num, "number_out_of_range",
+                                 f"field {unfit} ({shard.name}, line {num}); write it as a"
+                                 " string to keep it as written",
+                                 raw if raw is not None else _dumps(rec)))
     try:
         table = _from_pylist(keep_recs)
     except _CONVERT_ERRORS:
-        table, unstorable = _without_unstorable(shard, keep_recs, keep_nums, keep_texts, opts)
+        table, unstorable = _without_unstorable(shard, keep_recs, keep_nums, keep_texts, opts,
+                                                notes if notes is not None else {})
         bad += unstorable
     numbers[:] = keep_nums
     return table, bad + too_deep
@@ -449,7 +506,7 @@ def _failing_alone(records: list[Any]) -> list[tuple[int, BaseException]]:
 
 
 def _without_unstorable(shard: Shard, records: list[Any], numbers: list[int],
-                        texts: list[str | None], opts: ReadOptions
+                        texts: list[str | None], opts: ReadOptions, notes: Notes
                         ) -> tuple[pa.Table, list[BadRecord]]:
     """The table of the records Arrow can store; the others become bad records (an
     integer over 64 bits) or are repaired (a lone surrogate with ``on_decode_error:
@@ -468,24 +525,19 @@ def _without_unstorable(shard: Shard, records: list[Any], numbers: list[int],
                                  " quarantine")
             if opts.on_decode_error == "replace":
                 records[i] = _no_surrogates(rec)
+                notes.setdefault(num, []).append((
+                    "decode_replaced", f"a lone surrogate escaped in a string (line {num}) is"
+                    " not text: replaced by U+FFFD"))
                 continue
             bad.append(BadRecord(shard.name, num, "decode_error",
                                  f"a lone surrogate escaped in a string (line {num}) is not"
                                  " text", raw))
         else:
-            path = first_out_of_range(rec)
             if opts.on_parse_error == "fail":
-                raise InputError(f"{shard.path}:{num}: field {path or '?'!r} cannot be"
-                                 f" stored ({err}); set input.on_parse_error: quarantine to"
-                                 " keep going")
-            if path is not None:
-                bad.append(BadRecord(shard.name, num, "number_out_of_range",
-                                     f"field {path!r} of {shard.name} (line {num}) holds an"
-                                     " integer over 64 bits; write it as a string", raw))
-            else:
-                bad.append(BadRecord(shard.name, num, "type_mismatch",
-                                     f"record {num} of {shard.name} cannot be stored: {err}",
-                                     raw))
+                raise InputError(f"{shard.path}:{num}: the record cannot be stored ({err});"
+                                 " set input.on_parse_error: quarantine to keep going")
+            bad.append(BadRecord(shard.name, num, "type_mismatch",
+                                 f"record {num} of {shard.name} cannot be stored: {err}", raw))
         drop.add(i)
     keep = [i for i in range(len(records)) if i not in drop]
     records[:] = [records[i] for i in keep]
@@ -525,6 +577,44 @@ def _type_depth(schema: pa.Schema | pa.DataType) -> int:
         elif pa.types.is_map(t):
             stack.extend(((t.key_type, d + 1), (t.item_type, d + 1)))
     return depth
+
+
+def _has_numbers(schema: pa.Schema) -> bool:
+    """Whether any field, at any depth, is an integer or a float."""
+    return _any_type(schema, lambda t: pa.types.is_integer(t) or pa.types.is_floating(t))
+
+
+def _any_type(schema: pa.Schema, pred: Any) -> bool:
+    stack = [f.type for f in schema]
+    while stack:
+        t = stack.pop()
+        if pred(t):
+            return True
+        if pa.types.is_struct(t):
+            stack.extend(t.field(i).type for i in range(t.num_fields))
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            stack.append(t.value_type)
+        elif pa.types.is_map(t):
+            stack.extend((t.key_type, t.item_type))
+    return False
+
+
+#: a bare JSON boolean, and an exponent no 64-bit float can hold: where the text has one,
+#: Arrow may store a record with another value than it holds (true as 1.0, 1e400 as inf)
+_BARE_BOOL = r"[:\[,]\s*(?:true|false)\s*[,\]}]"
+_BIG_EXPONENT = r"\d[eE]\+?0*[1-9]\d{2}"
+_SUSPECT = re.compile(f"{_BARE_BOOL}|{_BIG_EXPONENT}")
+_SUSPECT_BYTES = re.compile(_SUSPECT.pattern.encode())
+#: an integer literal of 16+ digits: pyarrow's reader stores it as a (rounded) float when
+#: its column also holds floats, and an integer over 64 bits as a float always
+_LONG_INT_BYTES = re.compile(rb"[:\[,]\s*-?\d{16,}\s*[,\]}]")
+
+
+def _decoder(text: str | bytes) -> json.JSONDecoder:
+    """A JSON decoder that marks numbers too large for a float (see :class:`HugeNumber`)
+    where the text may hold one; the plain, faster one elsewhere."""
+    big = re.search(_BIG_EXPONENT if isinstance(text, str) else _BIG_EXPONENT.encode(), text)
+    return json.JSONDecoder(parse_float=parse_float) if big else json.JSONDecoder()
 
 
 def _value_depth(v: Any) -> int:
@@ -590,9 +680,9 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     """A JSON array of objects, one object (``{"split": [records]}`` is unwrapped, as
     datasets' ``field=`` would), or JSON lines in a ``.json`` file."""
     raw = _open_bytes(shard)
-    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    data, bad_bytes, guess = _decode_to_utf8(shard, raw, opts)
     # invalid bytes survive decoding as lone surrogates, so the records holding them
-    # can be found after parsing (quarantine) or they become U+FFFD (replace)
+    # can be found after parsing (quarantine) or read by the repair rule (replace)
     text = data.decode("utf-8", errors="surrogateescape" if bad_bytes.size else "strict")
     stripped = text.lstrip()
     if not stripped:
@@ -600,11 +690,11 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                             len(raw))
         return
     try:
-        obj = json.loads(text)
+        obj = _decoder(text).decode(text)
     except json.JSONDecodeError as err:
         if stripped.startswith("{") and (err.msg == "Extra data" or "\n" in stripped.strip()):
             # a .json file that holds JSON lines: one bad line costs one record
-            yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts)
+            yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts, guess)
             return
         raise InputError(f"{shard.path}:{err.lineno}: not valid JSON: {err.msg} (column"
                          f" {err.colno}); fix the file, or write it as JSON lines so that a"
@@ -619,6 +709,7 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                          " objects, an object, or JSON lines")
     bad: list[BadRecord] = []
     records, numbers = [], []
+    notes: Notes = {}
     surrogates = _SURROGATE if bad_bytes.size else None
     bad_i = 0
     for i, rec in enumerate(obj, start=1):
@@ -637,7 +728,10 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                         f"invalid UTF-8 at line {line}, byte offset {off} (record {i})",
                         _fffd(dumped)[:100_000], off))
                     continue
-                rec = json.loads(_fffd(dumped))
+                fixed, mends = mend(dumped.encode("utf-8", errors="surrogateescape"), guess)
+                rec = json.loads(fixed)
+                notes[i] = [(m.code, m.describe(f"record {i}, near byte offset {off}"))
+                            for m in mends]
         if isinstance(rec, dict):
             records.append(rec)
             numbers.append(i)
@@ -645,10 +739,11 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
             bad.append(BadRecord(shard.name, i, "parse_error",
                                  f"record {i} is a JSON {json_kind(rec)}, not an object",
                                  json.dumps(rec, ensure_ascii=False)[:100_000]))
-    table, records_bad = _table_from_records(shard, records, numbers, opts)
+    table, records_bad = _table_from_records(shard, records, numbers, opts,
+                                             suspect=bool(_SUSPECT.search(text)), notes=notes)
     bad = sorted(bad + records_bad, key=lambda b: b.line)
     yield from _batches(table, np.asarray(numbers, np.int64), shard, bad, opts.batch_size,
-                        len(raw))
+                        len(raw), notes)
 
 
 def _fffd(s: str) -> str:
@@ -657,7 +752,7 @@ def _fffd(s: str) -> str:
 
 def _read_csv(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     raw = _open_bytes(shard)
-    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    data, bad_bytes, guess = _decode_to_utf8(shard, raw, opts)
     delim = opts.csv_delimiter or ("\t" if shard.format == "tsv" else ",")
     if not data.strip():
         yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, [], opts.batch_size,
@@ -665,11 +760,10 @@ def _read_csv(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
         return
     if bad_bytes.size:
         # CSV records may span lines, so bad bytes cannot be tied to a record before
-        # parsing: replace them, and with quarantine mark them for the check below
-        text = data.decode("utf-8", errors="replace")
-        if opts.on_decode_error == "quarantine":
-            text = text.replace("\ufffd", _CSV_MARK)
-        data = text.encode("utf-8", errors="surrogatepass")
+        # parsing: each becomes the three bytes of its surrogate escape (U+DC80-U+DCFF,
+        # which valid input cannot hold), found in the cells after parsing
+        data = data.decode("utf-8", errors="surrogateescape").encode(
+            "utf-8", errors="surrogatepass")
     try:
         table = pcsv.read_csv(
             io.BytesIO(data),
@@ -683,23 +777,54 @@ def _read_csv(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                          " the quoting") from e
     numbers = np.arange(1, table.num_rows + 1, dtype=np.int64)
     bad: list[BadRecord] = []
+    notes: Notes = {}
     if bad_bytes.size and opts.on_decode_error == "quarantine":
         table, numbers, bad = _csv_quarantine(shard, table, numbers, bad_bytes)
-    yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
+    elif bad_bytes.size:
+        table = _csv_mend(table, numbers, guess, notes)
+    yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw), notes)
 
 
-#: a lone surrogate cannot come from valid input, so it marks where the bad bytes were
-_CSV_MARK = "\udcff"
+def _marked(col: pa.ChunkedArray) -> np.ndarray:
+    """Which cells hold a marked invalid byte (``ED B2 xx`` or ``ED B3 xx``: never UTF-8)."""
+    return _contains(col, b"\xed\xb2") | _contains(col, b"\xed\xb3")
+
+
+def _csv_mend(table: pa.Table, numbers: np.ndarray, guess: bool, notes: Notes) -> pa.Table:
+    """``table`` with the invalid bytes of its cells read by :func:`mend`, each noted."""
+    cols = []
+    for col in table.columns:
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            cols.append(col)
+            continue
+        hit = _marked(col)
+        if not hit.any():
+            cols.append(col)
+            continue
+        cells = col.cast(pa.large_binary()).to_pylist()
+        out: list[str | None] = []
+        for i, cell in enumerate(cells):
+            if cell is None or not hit[i]:
+                out.append(cell.decode("utf-8") if cell is not None else None)
+                continue
+            orig = cell.decode("utf-8", errors="surrogatepass").encode(
+                "utf-8", errors="surrogateescape")
+            text, mends = mend(orig, guess)
+            num = int(numbers[i])
+            notes.setdefault(num, []).extend(
+                (m.code, m.describe(f"record {num}")) for m in mends)
+            out.append(text)
+        cols.append(pa.chunked_array([pa.array(out, col.type)]))
+    return pa.Table.from_arrays(cols, names=table.column_names)
 
 
 def _csv_quarantine(shard: Shard, table: pa.Table, numbers: np.ndarray,
                     bad_bytes: np.ndarray) -> tuple[pa.Table, np.ndarray, list[BadRecord]]:
     """Move the records holding a marked (invalid) byte to bad records."""
-    mark = _CSV_MARK.encode("utf-8", errors="surrogatepass")
     hit = np.zeros(table.num_rows, dtype=bool)
     for col in table.columns:
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            hit |= _contains(col, mark)
+            hit |= _marked(col)
     bad = []
     for k, r in enumerate(np.flatnonzero(hit).tolist()):
         num = int(numbers[r])
@@ -721,7 +846,7 @@ def _contains(col: pa.ChunkedArray, needle: bytes) -> np.ndarray:
 
 def _read_text(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     raw = _open_bytes(shard)
-    data, bad_bytes = _decode_to_utf8(shard, raw, opts)
+    data, bad_bytes, guess = _decode_to_utf8(shard, raw, opts)
     starts, ends, numbers = _line_numbers(data)
     bad: list[BadRecord] = []
     if bad_bytes.size and opts.on_decode_error == "quarantine":
@@ -732,10 +857,14 @@ def _read_text(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
             bad.append(_decode_bad(shard, data[s:e], num, off))
         keep = first_bad < 0
         starts, ends, numbers = starts[keep], ends[keep], numbers[keep]
-    lines = [data[s:e].decode("utf-8", errors="replace").rstrip("\r")
-             for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    notes: Notes = {}
+    first_bad = _first_bad_in(bad_bytes, starts, ends)
+    lines = [(data[s:e].decode("utf-8") if off < 0 else
+              _mend_line(data[s:e], num, s, guess, notes)).rstrip("\r")
+             for s, e, num, off in zip(starts.tolist(), ends.tolist(), numbers.tolist(),
+                                       first_bad.tolist(), strict=True)]
     table = pa.table({opts.text_column: pa.array(lines, pa.string())})
-    yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
+    yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw), notes)
 
 
 def _random_access(shard: Shard) -> Any:

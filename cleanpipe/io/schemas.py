@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from cleanpipe.fields import FieldError, parse_selector, selector_root
 from cleanpipe.io.sources import InputError
 
 
@@ -114,3 +115,70 @@ def unify_tables(tables: list[pa.Table], names: list[str]) -> pa.Table:
         for b in t.to_batches():
             batches.append(cast_batch(b, schema))
     return pa.Table.from_batches(batches, schema=schema)
+
+
+def selector_type(selector: str) -> pa.DataType:
+    """The least type that holds a text field at ``selector``: what its column is in a file
+    where no record has it.
+
+        >>> selector_type("input")
+        DataType(string)
+        >>> selector_type("messages[*].content")
+        ListType(list<item: struct<content: string>>)
+    """
+    steps = parse_selector(selector)
+    t: pa.DataType = pa.string()
+    for step in reversed(steps[1:]):
+        for _ in range(step.lists):
+            t = pa.list_(t)
+        t = pa.struct([(step.name, t)])
+    for _ in range(steps[0].lists):
+        t = pa.list_(t)
+    return t
+
+
+def with_text_fields(batch: pa.RecordBatch, selectors: list[str]) -> pa.RecordBatch:
+    """``batch`` with a column of nulls for each text field whose column it lacks.
+
+    A field missing from a whole file reads as a key missing from each of its records does:
+    null (the ``schema`` stage decides whether a row may lack it), so shards written with and
+    without an optional field (alpaca files often omit ``input``) are one dataset. The added
+    column is the least type for the selectors (:func:`selector_type`); the writer unifies
+    it with the other files' type, as for any missing key. Columns come after the file's own,
+    in the order of ``selectors``, so the result depends on the file and the config alone.
+
+        >>> b = pa.RecordBatch.from_pylist([{"instruction": "hi", "output": "yo"}])
+        >>> with_text_fields(b, ["instruction", "input", "output"]).to_pylist()
+        [{'instruction': 'hi', 'output': 'yo', 'input': None}]
+    """
+    missing: dict[str, pa.DataType] = {}
+    names = set(batch.schema.names)
+    for sel in selectors:
+        root = selector_root(sel)
+        if root in names:
+            continue
+        t = selector_type(sel)
+        if root in missing:  # two selectors into one absent column: the union of both
+            t = _unify_pair(pa.schema([(root, missing[root])]), pa.schema([(root, t)])).field(
+                root).type
+        missing[root] = t
+    if not missing:
+        return batch
+    arrays = [*batch.columns, *(pa.nulls(batch.num_rows, t) for t in missing.values())]
+    fields = [*batch.schema, *(pa.field(n, t) for n, t in missing.items())]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def check_fields_seen(selectors: list[str], seen: set[str]) -> None:
+    """A :class:`FieldError` for text fields no input file has: a name that is in no file
+    is a typo in ``fields:``, not an optional field.
+
+        >>> check_fields_seen(["text", "lable"], {"text", "label"})
+        Traceback (most recent call last):
+        ...
+        cleanpipe.fields.FieldError: text field 'lable' is in no input file; columns: label, text
+    """
+    absent = [s for s in selectors if selector_root(s) not in seen]
+    if absent:
+        raise FieldError(f"text field {absent[0]!r} is in no input file; columns:"
+                         f" {', '.join(sorted(seen))}")

@@ -104,7 +104,63 @@ def _shard(path: Path, root: Path | None, fmt: str) -> Shard:
     if is_hf_dir(path):
         return Shard(str(path), name or path.name, "hf", None, _dir_size(path))
     f, comp = _detect(path, fmt)
-    return Shard(str(path), name, f, comp, path.stat().st_size)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise InputError(_unreadable(path, e)) from e
+    return Shard(str(path), name, f, comp, size)
+
+
+def _unreadable(path: Path, e: OSError | None = None) -> str:
+    """One line naming ``path`` and why it cannot be read (``e``, or: it is not there); a
+    broken symbolic link says where it points, since ``[Errno 2]`` on a path that is listed
+    right there puzzles anyone."""
+    if path.is_symlink() and not path.exists():
+        return (f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; fix"
+                " or remove the link")
+    return f"{path}: cannot read: {reason(e)}" if e else f"{path}: no such file or directory"
+
+
+def _tree(root: Path) -> list[Path]:
+    """Every file and folder under ``root`` in :meth:`Path.rglob`'s sorted order, but with
+    symbolically linked folders followed (their files are data like any other) and skipped
+    names (:func:`_skippable`) not entered.
+
+    A folder that cannot be listed is an :class:`InputError` naming it (``rglob`` skips it
+    silently, losing its rows), and so is a link that leads back to a folder it is inside
+    (a loop would list the same files without end).
+    """
+    out: list[Path] = []
+    try:
+        top = root.stat()
+    except OSError as e:
+        raise InputError(_unreadable(root, e)) from e
+    stack: list[tuple[Path, tuple[tuple[int, int], ...]]] = [(root, ((top.st_dev, top.st_ino),))]
+    while stack:
+        folder, chain = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as e:
+            raise InputError(f"{folder}: cannot list the input folder: {reason(e)}") from e
+        for entry in entries:
+            p = Path(entry.path)
+            if _skippable(p):
+                continue
+            out.append(p)
+            try:
+                st = p.stat() if entry.is_dir() else None
+            except OSError:
+                st = None  # not a folder we can enter: read as a file, which names the cause
+            if st is None:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in chain:
+                raise InputError(f"{p}: a symbolic link loop: it leads back to"
+                                 f" {os.path.realpath(p)}, a folder it is inside; remove the"
+                                 " link")
+            stack.append((p, (*chain, key)))
+    return sorted(out)
 
 
 def _dir_size(path: Path) -> int:
@@ -122,7 +178,9 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
 
     Directory contents are read recursively in sorted order (so row ids and output order are
     stable); hidden files, ``_``-prefixed files and README/LICENSE files are skipped, and with
-    ``fmt="auto"`` so are files whose extension names no known format. A URI is listed the
+    ``fmt="auto"`` so are files whose extension names no known format. Symbolically linked
+    folders are followed (a loop is an error); a folder that cannot be listed, or a link to
+    nothing, is an :class:`InputError` naming it, never a silent skip. A URI is listed the
     same way on its filesystem (:func:`resolve_uri`).
     """
     if isinstance(spec, (list, tuple)):
@@ -143,16 +201,18 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
         root = Path(os.path.commonpath([os.path.dirname(m) or "." for m in matches]))
         return [_shard(Path(m), root, fmt) for m in matches if not Path(m).is_dir()
                 or is_hf_dir(Path(m))]
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory")
-    if is_hf_dir(path):
+    try:
+        if not path.exists():
+            raise InputError(_unreadable(path))
+        is_hf, is_dir = is_hf_dir(path), path.is_dir()
+    except OSError as e:  # a parent folder we may not enter
+        raise InputError(_unreadable(path, e)) from e
+    if is_hf:
         return [Shard(str(path), path.name, "hf", None, _dir_size(path))]
-    if path.is_dir():
+    if is_dir:
         shards = []
         hf_roots: list[Path] = []
-        for p in sorted(path.rglob("*")):
-            if any(_skippable(Path(part)) for part in p.relative_to(path).parts):
-                continue
+        for p in _tree(path):
             if any(r in p.parents for r in hf_roots):
                 continue
             if p.is_dir():

@@ -26,6 +26,7 @@ them as ``double`` together).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -125,18 +126,70 @@ def first_clashes(records: list[dict[str, Any]]) -> list[Clash | None]:
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+#: integers up to this size are exact as a 64-bit float; a larger one in a column of floats
+#: would be stored rounded (9223372036854775807 as 9223372036854775808.0)
+FLOAT_EXACT = 2 ** 53
 
 
-def first_out_of_range(record: dict[str, Any]) -> str | None:
-    """The path of the first integer that does not fit in 64 bits, or None.
+class HugeNumber(float):
+    """A JSON number too large for a 64-bit float (``1e400``): Python reads it as ±inf,
+    which is another value; this keeps the text as written so the record can say so.
 
-    JSON has no limit on integers; Arrow and Parquet store them in 64 bits.
+    >>> h = json.loads("[1e400]", parse_float=parse_float)[0]
+    >>> isinstance(h, HugeNumber), h.text, h
+    (True, '1e400', inf)
+    """
 
-    >>> first_out_of_range({"a": 1, "b": [2, 2 ** 64]}), first_out_of_range({"a": -2 ** 63})
-    ('b[*]', None)
+    text: str
+
+    def __new__(cls, text: str) -> HugeNumber:
+        obj = super().__new__(cls, text)
+        obj.text = text
+        return obj
+
+
+def parse_float(text: str) -> float:
+    """``json``'s ``parse_float`` hook: a float, or a :class:`HugeNumber` when it overflows."""
+    v = float(text)
+    return v if math.isfinite(v) else HugeNumber(text)
+
+
+def first_out_of_range(record: dict[str, Any], floats: frozenset[str] = frozenset()
+                       ) -> str | None:
+    """What the first number that cannot be stored as written is, or None.
+
+    JSON has no limit on numbers; Arrow and Parquet store them in 64 bits. An integer over
+    64 bits, a number beyond a 64-bit float, and an integer over 2**53 at a path where other
+    records hold floats (the column is float, which would round it) cannot be stored.
+
+    >>> first_out_of_range({"a": 1, "b": [2, 2 ** 64]})
+    "'b[*]' holds the integer 18446744073709551616, which does not fit in 64 bits"
+    >>> first_out_of_range({"a": -2 ** 63}), first_out_of_range({"a": 2 ** 60})
+    (None, None)
+    >>> first_out_of_range({"a": 2 ** 60}, frozenset({"a"}))
+    "'a' holds the integer 1152921504606846976, which a column of floats cannot store exactly"
     """
     for path, kind, v in _kinds(record):
-        if kind == "number" and isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
-            return path
+        if kind != "number":
+            continue
+        if isinstance(v, HugeNumber):
+            return f"{path!r} holds the number {v.text}, beyond the range of a 64-bit float"
+        if not isinstance(v, int):
+            continue
+        if not INT64_MIN <= v <= INT64_MAX:
+            return f"{path!r} holds the integer {v}, which does not fit in 64 bits"
+        if path in floats and abs(v) > FLOAT_EXACT:
+            return f"{path!r} holds the integer {v}, which a column of floats cannot store exactly"
     return None
 
+
+def float_paths(records: list[dict[str, Any]]) -> frozenset[str]:
+    """The paths where some record holds a float that can be stored (a
+    :class:`HugeNumber` cannot, so it makes no column float).
+
+    >>> sorted(float_paths([{"a": 1, "b": {"c": [0.5]}}, {"a": 2.0, "d": HugeNumber("1e999")}]))
+    ['a', 'b.c[*]']
+    """
+    return frozenset(path for rec in records for path, kind, v in _kinds(rec)
+                     if kind == "number" and isinstance(v, float)
+                     and not isinstance(v, HugeNumber))

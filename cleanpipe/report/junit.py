@@ -24,17 +24,27 @@ def _clean(text: Any) -> str:
 
 
 def render_junit(report: dict[str, Any]) -> str:
-    """JUnit XML for ``report``'s verdict (an empty suite when no gate ran)."""
+    """JUnit XML for ``report``'s verdict (an empty suite when no gate ran); a report with an
+    ``error`` (see :mod:`cleanpipe.report.error`) adds one erroring test case."""
     name = _clean(report.get("pipeline", {}).get("name", "pipeline"))
     verdict = report.get("verdict") or {"rules": []}
     rules = verdict["rules"]
     failures = sum(not r["passed"] for r in rules)
+    error = report.get("error")
+    tests, errors = str(len(rules) + bool(error)), str(int(bool(error)))
     seconds = f"{report.get('timing', {}).get('wall_seconds', 0.0):.3f}"
-    suites = ET.Element("testsuites", name="cleanpipe", tests=str(len(rules)),
-                        failures=str(failures), errors="0", time=seconds)
+    suites = ET.Element("testsuites", name="cleanpipe", tests=tests,
+                        failures=str(failures), errors=errors, time=seconds)
     suite = ET.SubElement(suites, "testsuite", name=f"cleanpipe gate: {name}",
-                          tests=str(len(rules)), failures=str(failures), errors="0",
+                          tests=tests, failures=str(failures), errors=errors,
                           skipped="0", time=seconds)
+    if error:
+        # a run that stopped on an error is one erroring case, so CI shows why
+        case = ET.SubElement(suite, "testcase", classname=f"cleanpipe.gate.{name}",
+                             name=_clean(f"cleanpipe {report.get('command', 'run')}"), time="0")
+        err = ET.SubElement(case, "error", message=_clean(error["message"]),
+                            type=_clean(error["kind"]))
+        err.text = _clean(f"exit code {error['exit_code']}: {error['message']}")
     if "started" in report.get("timing", {}):
         suite.set("timestamp", _clean(report["timing"]["started"]))
     for r in rules:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
 from cleanpipe.dedup import cluster, hashing
@@ -16,7 +18,7 @@ from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts
 from cleanpipe.stages._decided import DecidedFromTable
-from cleanpipe.stages.base import Action, BatchContext, GlobalStage
+from cleanpipe.stages.base import Action, BatchContext, GlobalStage, StageError
 
 
 @dataclass
@@ -24,10 +26,11 @@ class _Hashed:
     hashes: np.ndarray  # (rows, 2) uint64
     lengths: np.ndarray
     snippets: pa.Array | None
+    labels: pa.Array | None = None  # label values as text, with ``label_field``
 
 
 #: decide's codes, in the order their findings are added
-CODES = ("exact_duplicate", "contaminated_exact")
+CODES = ("exact_duplicate", "contaminated_exact", "conflicting_labels")
 
 #: rows of a content-hash table (:meth:`ExactDedup.hash_table`)
 HASH_ROWS = HASH_ROWS_SCHEMA
@@ -47,6 +50,13 @@ class ExactDedup(DecidedFromTable, GlobalStage):
         ...         "output": ["hi", "hi", "bye"]}
         >>> stage(rows)["instruction"]
         ['Say hi', 'Say bye']
+
+    With ``label_field``, a group whose rows carry different labels is no duplicate to
+    thin out but a contradiction: every row of it is ``conflicting_labels``.
+
+        >>> stage = ExactDedup(fields=["text"], label_field="label")
+        >>> stage({"text": ["refund?", "refund?", "hi", "hi"], "label": [3, 7, 1, 1]})
+        {'text': ['hi'], 'label': [1]}
     """
 
     name: ClassVar[str] = "exact_dedup"
@@ -54,10 +64,12 @@ class ExactDedup(DecidedFromTable, GlobalStage):
     codes: ClassVar[dict[str, Action]] = {
         "exact_duplicate": Action.DROP,
         "contaminated_exact": Action.DROP,
+        "conflicting_labels": Action.DROP,
     }
     forbidden_actions: ClassVar[dict[str, frozenset[Action]]] = {
         "exact_duplicate": frozenset({Action.FIX}),
         "contaminated_exact": frozenset({Action.FIX}),
+        "conflicting_labels": frozenset({Action.FIX}),
     }
 
     fields: list[str] | None = None
@@ -72,6 +84,10 @@ class ExactDedup(DecidedFromTable, GlobalStage):
     """Unicode normalisation before hashing (``NFKC`` also folds full-width forms)."""
     keep: cluster.Keep = "first"
     """Which row of a group survives: ``first``, ``last`` or ``longest``."""
+    label_field: str | None = None
+    """Classification label column. Rows with the same text and different labels are all
+    ``conflicting_labels`` (the trainer would see the same input with both answers), not
+    duplicates of which one label silently survives."""
     reference: list[Any] = []
     """Eval/test datasets (paths, or pyarrow Tables in Python) that training rows must not
     copy."""
@@ -84,6 +100,9 @@ class ExactDedup(DecidedFromTable, GlobalStage):
 
     _book: RowBook | None = PrivateAttr(None)
     _hashes: list[np.ndarray] = PrivateAttr(default_factory=list)
+    _labels: list[pa.Array] = PrivateAttr(default_factory=list)
+    _conflict: np.ndarray | None = PrivateAttr(None)
+    _label_text: pa.ChunkedArray | None = PrivateAttr(None)
     _rep: np.ndarray | None = PrivateAttr(None)
     _contam: np.ndarray | None = PrivateAttr(None)
     _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
@@ -105,7 +124,15 @@ class ExactDedup(DecidedFromTable, GlobalStage):
         return _Hashed(hashing.hash128(norm), lengths, snippets)
 
     def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> _Hashed:
-        return self.hash_rows(ctx)
+        hashed = self.hash_rows(ctx)
+        if self.label_field is not None:
+            hashed.labels = label_texts(batch, self.label_field)
+        return hashed
+
+    def groups_by_content_only(self) -> bool:
+        """Whether rows are grouped by their content hash alone (no ``label_field``), the
+        grouping a distributed engine can do on hashes without the stage."""
+        return self.label_field is None
 
     def hash_table(self, prepared: _Hashed, seq: np.ndarray,
                    row_ids: pa.Array | None = None) -> pa.Table:
@@ -154,6 +181,8 @@ class ExactDedup(DecidedFromTable, GlobalStage):
             self._book = RowBook(self.snippet_chars)
         self._book.add(seq, prepared.lengths, prepared.snippets, ctx.row_ids)
         self._hashes.append(prepared.hashes)
+        if prepared.labels is not None:
+            self._labels.append(prepared.labels)
 
     def _reference_hashes(self) -> np.ndarray:
         parts = []
@@ -180,6 +209,14 @@ class ExactDedup(DecidedFromTable, GlobalStage):
         labels = hashing.group_labels(hashes)
         rep = cluster.choose_kept(labels, book.lengths, self.keep)
         self._rep = rep
+        if self.label_field is not None:
+            text = pa.chunked_array(self._labels, pa.large_string())
+            self._label_text = text
+            self._conflict = mixed_groups(labels, hashing.hash128(text.combine_chunks())[:, 0]
+                                          if n else np.zeros(0, np.uint64))
+            self._labels = []
+        else:
+            self._conflict = np.zeros(n, dtype=bool)
         book.pin(rep[rep != np.arange(n)])
         self._contam = hashing.lookup(hashes, self._reference_hashes())
         self._report = self._build_report(labels, rep, n, int(hashes.nbytes))
@@ -200,9 +237,10 @@ class ExactDedup(DecidedFromTable, GlobalStage):
         contaminated = np.flatnonzero(self._contam >= 0)
         extra = book.nbytes()
         _, sizes = np.unique(labels, return_counts=True)
-        return self.section(
+        conflict = self._conflict if self._conflict is not None else np.zeros(n, bool)
+        section = self.section(
             rows=n, cluster_sizes=sizes[sizes >= 2],
-            duplicates=int((rep != np.arange(n)).sum()), largest=largest,
+            duplicates=int(((rep != np.arange(n)) & ~conflict).sum()), largest=largest,
             contaminated=int(contaminated.size),
             contamination_examples=[
                 {"row": name, "reference": self._ref_name(int(self._contam[i])),
@@ -217,6 +255,22 @@ class ExactDedup(DecidedFromTable, GlobalStage):
                 "names_and_snippets_bytes_per_row": round(
                     (extra["row_ids"] + extra["snippets"]) / max(n, 1), 1),
             })
+        if self.label_field is not None:
+            section["conflicting_labels"] = self._conflict_section(labels, conflict)
+        return section
+
+    def _conflict_section(self, labels: np.ndarray, conflict: np.ndarray) -> dict[str, Any]:
+        book = self._book
+        assert book is not None and self._label_text is not None
+        groups = np.unique(labels[conflict])
+        examples = []
+        for g in groups[:self.report_clusters]:
+            members = np.flatnonzero(labels == g)[:6]
+            examples.append({
+                "rows": [{"row": nm, "label": lab, "snippet": sn} for nm, lab, sn in zip(
+                    book.names(members), self._label_text.take(pa.array(members)).to_pylist(),
+                    book.snippets(members), strict=True)]})
+        return {"groups": int(groups.size), "rows": int(conflict.sum()), "examples": examples}
 
     @staticmethod
     def section(*, rows: int, cluster_sizes: np.ndarray, duplicates: int,
@@ -244,15 +298,58 @@ class ExactDedup(DecidedFromTable, GlobalStage):
         book = self._book
         seq = np.asarray(seq, dtype=np.int64)
         idx = book.index_of(seq)
-        dup = np.flatnonzero(self._rep[idx] != idx)
+        conflict = self._conflict[idx] if self._conflict is not None else np.zeros(
+            idx.size, bool)
+        dup = np.flatnonzero((self._rep[idx] != idx) & ~conflict)
         hit = np.flatnonzero(self._contam[idx] >= 0)
+        mixed = np.flatnonzero(conflict)
         details = [f"duplicate of row {nm}" for nm in book.names(self._rep[idx[dup]])]
         details += [f"copy of {self._ref_name(int(r))}" for r in self._contam[idx[hit]]]
-        return decisions_table(np.concatenate([seq[dup], seq[hit]]),
-                               [CODES[0]] * dup.size + [CODES[1]] * hit.size, details)
+        if mixed.size:
+            assert self._label_text is not None
+            own = self._label_text.take(pa.array(idx[mixed])).to_pylist()
+            details += [f"same text as row {nm} with another label (this row: {lab})"
+                        for nm, lab in zip(book.names(self._rep[idx[mixed]]), own,
+                                           strict=True)]
+        return decisions_table(np.concatenate([seq[dup], seq[hit], seq[mixed]]),
+                               [CODES[0]] * dup.size + [CODES[1]] * hit.size
+                               + [CODES[2]] * mixed.size, details)
 
     def report_section(self) -> dict[str, Any]:
         return dict(self._report)
+
+
+def label_texts(batch: pa.RecordBatch, field: str) -> pa.Array:
+    """The label column as text, one value per row (null as ``"null"``), for comparing
+    labels of any type.
+
+        >>> label_texts(pa.record_batch({"label": [3, None, 3]}), "label").to_pylist()
+        ['3', 'null', '3']
+    """
+    if field not in batch.schema.names:
+        raise StageError(f"exact_dedup: label_field {field!r} is not a column (columns: "
+                         f"{', '.join(batch.schema.names)})")
+    col = batch.column(field)
+    if pa.types.is_integer(col.type) or pa.types.is_string(col.type) or \
+            pa.types.is_large_string(col.type) or pa.types.is_boolean(col.type):
+        text = col.cast(pa.large_string())
+    else:
+        text = pa.array([json.dumps(v, sort_keys=True, ensure_ascii=False)
+                         for v in col.to_pylist()], pa.large_string())
+    return pc.fill_null(text, "null")
+
+
+def mixed_groups(groups: np.ndarray, label_keys: np.ndarray) -> np.ndarray:
+    """For each row, whether its group holds more than one label.
+
+        >>> mixed_groups(np.array([0, 0, 2, 2]), np.array([5, 6, 1, 1], np.uint64)).tolist()
+        [True, True, False, False]
+    """
+    lo = np.full(groups.size, np.iinfo(np.uint64).max, np.uint64)
+    hi = np.zeros(groups.size, np.uint64)
+    np.minimum.at(lo, groups, label_keys)
+    np.maximum.at(hi, groups, label_keys)
+    return lo[groups] != hi[groups]
 
 
 def cluster_entry(size: int, names: list[str], snippets: list[str]) -> dict[str, Any]:

@@ -1,5 +1,11 @@
 """``numeric``: NaN, ±Inf, nulls and out-of-range values in numeric columns (scores, rewards,
-weights). One NaN reward or loss weight turns the whole loss NaN."""
+weights). One NaN reward or loss weight turns the whole loss NaN.
+
+A text column is checked value by value: a value written as a number (``"0.5"``, ``"1e-3"``,
+``"nan"``) is checked as that number and kept as it is (the stage never rewrites a value, so
+nothing changes type); any other text is ``not_numeric`` in its own row. The verdict on a row
+therefore depends on that row alone, never on the batch it was read with.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,9 @@ import pyarrow.compute as pc
 
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, BatchStage, Findings
 
+#: what Arrow's string-to-float cast reads: decimal and exponent forms, nan, inf, infinity
+_NUMBER = r"(?i)^[+-]?(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|nan|inf|infinity)$"
+
 
 class NumericCheck(BatchStage):
     """Check declared numeric columns.
@@ -16,6 +25,8 @@ class NumericCheck(BatchStage):
         >>> NumericCheck(fields=["score"], ranges={"score": (0, 1)})(
         ...     {"score": [0.5, float("nan"), 3.0, None]})
         {'score': [0.5, None]}
+        >>> NumericCheck(fields=["score"])({"score": ["0.5", "high", "nan", None]})
+        {'score': ['0.5', None]}
     """
 
     name = "numeric"
@@ -39,25 +50,27 @@ class NumericCheck(BatchStage):
                           field=f, detail=f"column {f!r} is missing")
                 continue
             col = batch.column(idx)
+            text = np.zeros(batch.num_rows, dtype=bool)
             if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-                try:
-                    num = pc.cast(col, pa.float64())
-                except pa.ArrowInvalid:
-                    found.add(pc.is_valid(col), "not_numeric", self.action_of("not_numeric"),
-                              field=f, detail=f"{f} holds text, not numbers")
-                    continue
-                col = num
+                is_num = pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)
+                text = pc.and_(pc.is_valid(col), pc.invert(is_num)).to_numpy(
+                    zero_copy_only=False)
+                found.add(text, "not_numeric", self.action_of("not_numeric"), field=f,
+                          detail=[f"{f} holds {v[:80]!r}, not a number"
+                                  for v in col.filter(pa.array(text)).to_pylist()])
+                col = pc.cast(pc.if_else(is_num, col, pa.scalar(None, col.type)), pa.float64())
             if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
                     or pa.types.is_boolean(col.type)):
                 found.add(np.arange(batch.num_rows), "not_numeric",
                           self.action_of("not_numeric"), field=f, detail=f"{f} is {col.type}")
                 continue
             vals = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
-            null = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-            nan = np.isnan(vals) & ~null
+            absent = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            null = absent & ~text  # text that is not a number is not_numeric, not null
+            nan = np.isnan(vals) & ~absent
             inf = np.isinf(vals)
             lo, hi = self.ranges.get(f, (None, None))
-            finite = np.isfinite(vals) & ~null
+            finite = np.isfinite(vals) & ~absent
             out = np.zeros(len(vals), dtype=bool)
             if lo is not None:
                 out |= finite & (vals < lo)

@@ -21,6 +21,12 @@ from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, G
 _CLASSES = {"letter_ratio": r"\p{L}", "digit_ratio": r"\p{Nd}", "space_ratio": r"\s",
             "symbol_ratio": r"[\p{P}\p{S}]"}
 _MAD_SCALE = 1.4826  # makes the MAD estimate the standard deviation of a normal
+# Smallest scale per feature. Where nearly every record has the same value (no digits at all,
+# say), the MAD is zero and any non-zero value would score as extreme; a floor in the
+# feature's own units means a record must differ by a real amount (with threshold 6 and 0.05,
+# 30% of its characters) before it is flagged.
+_MIN_SCALE = {"chars": 0.1, "tokens": 0.1, "letter_ratio": 0.05, "digit_ratio": 0.05,
+              "space_ratio": 0.05, "symbol_ratio": 0.05}
 
 
 class Outliers(GlobalStage):
@@ -49,6 +55,9 @@ class Outliers(GlobalStage):
     """Per-feature thresholds overriding ``threshold``."""
     tokenizer: str | None = None
     """tokenizer.json or model directory, for the ``tokens`` feature."""
+    min_scale: dict[str, float] = {}
+    """Per-feature floor of the scale, overriding the defaults (0.05 for the ratios, 0.1 for
+    the log lengths), so a value that is merely non-zero where most are zero is no outlier."""
 
     _values: list[np.ndarray] = PrivateAttr(default_factory=list)
     _center: np.ndarray | None = PrivateAttr(default=None)
@@ -100,9 +109,10 @@ class Outliers(GlobalStage):
         mad = np.median(np.abs(allv - self._center), axis=0) if len(allv) else \
             np.zeros(len(self.features))
         # A zero MAD (most records identical on a feature) would flag every deviation;
-        # fall back to the mean absolute deviation, and to "no outliers" if that is zero too.
+        # fall back to the mean absolute deviation, never below the feature's floor.
         mean_ad = np.mean(np.abs(allv - self._center), axis=0) * 1.2533 if len(allv) else mad
-        self._scale = np.where(mad > 0, _MAD_SCALE * mad, mean_ad)
+        floor = np.array([self.min_scale.get(f, _MIN_SCALE.get(f, 0.0)) for f in self.features])
+        self._scale = np.maximum(np.where(mad > 0, _MAD_SCALE * mad, mean_ad), floor)
         self._values = []
 
     def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:

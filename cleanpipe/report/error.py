@@ -1,0 +1,53 @@
+"""The report a command leaves when it stops on an error, so a CI job's test view and
+artifact steps show why instead of finding nothing.
+
+    >>> import tempfile, pathlib, json
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> rep = error_report(command="check", pipeline="p.yaml", exit_code=3,
+    ...                    message="data/: no such file or folder", kind="InputError")
+    >>> write_error_report(rep, d)
+    >>> json.loads((d / "report.json").read_text())["error"]["exit_code"]
+    3
+    >>> 'type="InputError"' in (d / "junit.xml").read_text()
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from cleanpipe import __version__
+from cleanpipe.report.junit import render_junit
+
+#: what each exit code means, as report.json's ``error.meaning`` says it
+MEANINGS = {2: "usage or config error", 3: "unreadable input", 70: "internal error"}
+
+
+def error_report(*, command: str, pipeline: str | None, exit_code: int, message: str,
+                 kind: str) -> dict[str, Any]:
+    """report.json's content for a command that stopped on an error: no totals, the error."""
+    return {
+        "cleanpipe_version": __version__,
+        "command": command,
+        "pipeline": {"name": Path(pipeline).stem if pipeline else "pipeline",
+                     "path": pipeline},
+        "error": {"exit_code": exit_code, "kind": kind, "message": message,
+                  "meaning": MEANINGS.get(exit_code, "error")},
+        "verdict": {"passed": False, "exit_code": exit_code, "rules": []},
+    }
+
+
+def write_error_report(report: dict[str, Any], directory: str | os.PathLike[str]) -> None:
+    """Write report.json, report.md and junit.xml for an error report into ``directory``."""
+    from cleanpipe.report import to_json
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    err = report["error"]
+    (d / "report.json").write_text(to_json(report), encoding="utf-8")
+    (d / "junit.xml").write_text(render_junit(report), encoding="utf-8")
+    (d / "report.md").write_text(
+        f"# cleanpipe {report['command']}: stopped with exit code {err['exit_code']}"
+        f" ({err['meaning']})\n\n{err['kind']}: {err['message']}\n", encoding="utf-8")
