@@ -651,8 +651,12 @@ def report(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             continue
         inp = meta["inputs"][name]
         out += ["", f"### t0 as {inp['label']}", "",
-                f"{inp['rows']:,} records, {inp['bytes'] / 1e6:.1f} MB of JSONL.", "",
-                input_table(name, meta, g)]
+                f"{inp['rows']:,} records, {inp['bytes'] / 1e6:.1f} MB of JSONL.", ""]
+        if not any(k[0] == name for k in g):
+            out += ["**Not measured**: no run on this input completed (its blocks were skipped"
+                    " at the deadline, or failed: see below)."]
+            continue
+        out += [input_table(name, meta, g)]
         jit = [r["jit_index_files_after"] for r in runs
                if r.get("input") == name and r.get("tool") == "cleanpipe"
                and r.get("state") == "cold" and "wall_s" in r]
