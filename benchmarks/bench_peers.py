@@ -26,6 +26,7 @@ Usage::
     .venv/bin/python benchmarks/bench_peers.py [--reps 3] [--inputs shards,onefile]
         [--only cleanpipe,datatrove,datajuicer] [--rows N] [--workers 2] [--deadline HH:MM]
     .venv/bin/python benchmarks/bench_peers.py --report-only   # rebuild peers.md from runs
+    .venv/bin/python benchmarks/bench_peers.py --append ...    # more rounds, same runs file
 
 ``--rows N`` keeps the first N/294 rows of every shard (a small, deterministic sample of
 every template) to check the harness quickly. ``--deadline HH:MM`` (UTC) skips a round's
@@ -416,21 +417,35 @@ def measure_all(args: argparse.Namespace) -> None:
             sys.exit(f"unknown {sorted(bad)}; choose from {', '.join(known)}")
     print("== preparing inputs (untimed)", flush=True)
     built = build_inputs(src, args.rows, inputs)
-    shutil.rmtree(PEERS_WORK, ignore_errors=True)
-    PEERS_WORK.mkdir(parents=True)
+    rep_offset: dict[str, int] = {}  # --append: rounds already measured, per input
+    old_meta = None
+    if args.append and META.exists() and RUNS.exists():
+        old_meta, old_runs = load_runs()
+        if old_meta["rows_arg"] != args.rows or old_meta["workers"] != args.workers:
+            sys.exit("--append needs the same --rows and --workers as the runs it adds to")
+        for r in old_runs:
+            rep_offset[r["input"]] = max(rep_offset.get(r["input"], 0), r["rep"] + 1)
+    else:
+        shutil.rmtree(PEERS_WORK, ignore_errors=True)
+        PEERS_WORK.mkdir(parents=True)
     pipe = notes = None
     missing: list[str] = []
     if "cleanpipe" in tools:
         pipe, missing, notes = cleanpipe_pipeline(data, PEERS_WORK / "pipeline.yaml")
     versions = {t: (ensured(t).get("version") if t in ("datatrove", "datajuicer") else None)
                 for t in tools}
-    META.write_text(json.dumps({
+    meta = {
         "command": command_line(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "reps": args.reps, "workers": args.workers, "rows_arg": args.rows, "tools": tools,
         "cores": os.cpu_count(), "versions": versions, "missing": missing, "notes": notes,
         "inputs": {k: {"rows": v["rows"], "bytes": v["bytes"], "label": v["label"]}
                    for k, v in built.items()},
-    }, indent=1))
+    }
+    if old_meta is not None:  # one measurement in two commands: both are named
+        meta = old_meta | {"command": f"{old_meta['command']}` then `{meta['command']}",
+                           "inputs": {**old_meta["inputs"], **meta["inputs"]},
+                           "tools": sorted(set(old_meta["tools"]) | set(tools), key=TOOLS.index)}
+    META.write_text(json.dumps(meta, indent=1))
     deadline = time.time() + seconds_until(args.deadline, time.time()) if args.deadline else None
     block_s: dict[str, float] = {}  # how long the last block of each input took
     blocks = itertools.groupby(plan(tools, inputs, args.reps), key=lambda x: (x[0], x[1][0]))
@@ -450,7 +465,8 @@ def measure_all(args: argparse.Namespace) -> None:
                 rec = run_one(tool, state, built[inp_name], data, args.workers, pipe)
             except Exception as err:  # one tool's failure must not lose the others' figures
                 rec = {"error": f"{type(err).__name__}: {err}"}
-            rec |= {"input": inp_name, "tool": tool, "state": state, "rep": rep}
+            rec |= {"input": inp_name, "tool": tool, "state": state,
+                    "rep": rep + rep_offset.get(inp_name, 0)}
             if "wall_s" in rec:
                 print(f"   {rec['wall_s']:.1f} s, peak {rec['peak_pss_mb']:.0f} MB, "
                       f"rc {rec['rc']}, removed {rec.get('removed', '—')}, load "
@@ -696,6 +712,8 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(DEFAULT_TOOLS))
     ap.add_argument("--rows", type=int, default=0, help="sample ~N rows (0 = whole corpus)")
     ap.add_argument("--deadline", help="HH:MM UTC: start no block of runs that would end after it")
+    ap.add_argument("--append", action="store_true",
+                    help="add rounds to the runs already in benchmarks/.work/peers (same rows)")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild peers.md from benchmarks/.work/peers/runs.jsonl")
     args = ap.parse_args()
