@@ -191,6 +191,12 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
     if not isinstance(spec, (str, os.PathLike)):
         return [Shard(None, type(spec).__name__, "memory", obj=spec)]
     text = os.fspath(spec)
+    from cleanpipe.io.hub import hub_hint, hub_shards, parse_hub  # hub imports this module
+
+    if (hub := parse_hub(text)) is not None:
+        return hub_shards(hub, text)
+    if (hint := hub_hint(text)) is not None:
+        raise InputError(hint)
     if is_uri(text):
         return resolve_uri(text, fmt)
     path = Path(text).expanduser()
