@@ -99,6 +99,8 @@ def test_hub_rows_carry_stable_ids_through_a_run(tmp_path: Path) -> None:
     assert ids == [f"{src}:{table.num_rows + 1}"]
     assert a["input"]["paths"] == [src]
     assert a["input"]["fingerprint"] == b["input"]["fingerprint"]
+    assert list(a["input"]["revisions"]) == [src] and a["input"]["revisions"][src]
+    assert a["input"]["revisions"] == b["input"]["revisions"]
 
 
 def test_hub_names_parse() -> None:

@@ -15,7 +15,7 @@ whose YAML ``configs:`` names data files and splits), which ``datasets`` reads t
 Row ids are ``hub:ORG/NAME:CONFIG@SPLIT:ROW`` (ROW counts from 1 in the split's order), so
 they stay the same from one run to the next. The input fingerprint covers the dataset name,
 config, split and the revision ``datasets`` resolved (the Hub commit; for a local folder,
-``datasets``' hash of its configuration).
+``datasets``' hash of its configuration and data files' paths and modification times).
 
     >>> parse_hub("hub:tatsu-lab/alpaca:default@train")
     HubRef(repo='tatsu-lab/alpaca', config='default', split='train', revision=None)
@@ -161,9 +161,8 @@ def open_hub(ref: HubRef, given: str | None = None) -> tuple[Any, HubRef, str]:
 
 def hub_shards(ref: HubRef, given: str | None = None) -> list[Shard]:
     """One in-memory shard streaming ``ref`` (typed as ``given``), named as its row ids
-    start; its fingerprint bytes name the dataset and the revision read."""
+    start, carrying the revision read (the input fingerprint and the report's
+    ``input.revisions`` name it)."""
     stream, done, revision = open_hub(ref, given)
-    name = done.shown()
-    identity = f"{name}\nrevision={revision}".encode()
-    return [Shard(f"{name} (revision {revision})", name, "memory", obj=stream,
-                  prefetched=identity)]
+    return [Shard(given or done.shown(), done.shown(), "memory", obj=stream,
+                  revision=revision)]

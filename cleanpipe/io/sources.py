@@ -66,6 +66,7 @@ class Shard:
     # the shard's bytes when already downloaded (a remote text shard is fetched once for the
     # fingerprint and the reader)
     prefetched: bytes | None = field(default=None, compare=False, repr=False)
+    revision: str | None = None  # a Hub dataset's revision (commit), when known
 
     @property
     def open_path(self) -> str:
