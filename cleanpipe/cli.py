@@ -77,6 +77,7 @@ def _leave_error_report(report_dir: str | None, command: str, pipeline: str | No
                         code: int, message: str, kind: str) -> None:
     if not report_dir:
         return
+    from cleanpipe.io.writers import OutputError
     from cleanpipe.report.error import error_report, write_error_report
 
     try:
@@ -85,6 +86,8 @@ def _leave_error_report(report_dir: str | None, command: str, pipeline: str | No
     except OSError as exc:
         print(f"cleanpipe: could not write the error report to {report_dir}: {exc}",
               file=sys.stderr)
+    except OutputError as exc:  # the folder holds report files someone else wrote
+        print(f"cleanpipe: no error report written: {exc}", file=sys.stderr)
 
 
 def _load(args: argparse.Namespace) -> Any:

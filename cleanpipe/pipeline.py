@@ -264,6 +264,10 @@ def _write_report_dir(report: dict[str, Any], report_dir: str | Path) -> None:
     """``check --report-dir``: a local folder, or a URI (written locally, then copied)."""
     text = os.fspath(report_dir)
     if not is_uri(text):
+        from cleanpipe.io.output_guard import claim_report_files
+        from cleanpipe.report import FILES
+
+        claim_report_files(Path(text), FILES.values())
         _write_reports(report, Path(text), overwrite=True)
         return
     with tempfile.TemporaryDirectory(prefix="cleanpipe-reports-") as tmp:

@@ -148,6 +148,53 @@ def check_replaceable(target: Path) -> None:
     refuse_foreign(foreign_files(target), read_manifest(target) is not None, str(target))
 
 
+def claim_report_files(folder: Path, names: Iterable[str]) -> None:
+    """Before reports are written into ``folder`` (``--report-dir``, often a CI artifacts
+    folder that holds other files too): refuse if any of ``names`` is there and cleanpipe
+    did not write it, else record ``names`` in the folder's manifest. Other files of the
+    folder are neither listed nor touched.
+
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "junit.xml").write_text("<theirs/>")
+        >>> claim_report_files(d, ["report.json", "junit.xml"])
+        Traceback (most recent call last):
+        ...
+        cleanpipe.io.writers.OutputError: ...junit.xml: not replaced: cleanpipe did not write it...
+        >>> (d / "junit.xml").unlink()
+        >>> claim_report_files(d, ["report.json", "junit.xml"])
+        >>> _ = (d / "junit.xml").write_text("<ours/>")
+        >>> claim_report_files(d, ["report.json", "junit.xml"])  # ours now: may be replaced
+    """
+    from cleanpipe.io.writers import OutputError
+
+    names = list(names)
+    manifest = read_manifest(folder) if folder.is_dir() else None
+    listed = set(manifest.get("files", [])) if manifest else set()
+    clash = [n for n in names if n not in listed and (folder / n).exists()]
+    if clash and manifest is None and _legacy_report(folder):
+        clash = [n for n in clash if n not in LEGACY_LAYOUT]
+    if clash:
+        raise OutputError(f"{folder / clash[0]}: not replaced: cleanpipe did not write it;"
+                          " choose another --report-dir or move the file away")
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {k: v for k, v in (manifest or {}).items()
+            if k not in ("written_by", "version", "files", "state")}
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(manifest_text(listed | set(names), (manifest or {}).get("state", "reports"),
+                                 **body), encoding="utf-8")
+    tmp.replace(folder / MANIFEST)
+
+
+def _legacy_report(folder: Path) -> bool:
+    # reports written before report folders had a manifest: a report.json of ours
+    try:
+        report = json.loads(_read_text(folder / "report.json") or "")
+    except ValueError:
+        return False
+    return isinstance(report, dict) and "cleanpipe_version" in report
+
+
 def _few(names: list[str], n: int = 3) -> str:
     more = f" and {len(names) - n} more" if len(names) > n else ""
     return ", ".join(names[:n]) + more
