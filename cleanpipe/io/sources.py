@@ -182,7 +182,8 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
     ``fmt="auto"`` so are files whose extension names no known format. Symbolically linked
     folders are followed (a loop is an error); a folder that cannot be listed, or a link to
     nothing, is an :class:`InputError` naming it, never a silent skip. A URI is listed the
-    same way on its filesystem (:func:`resolve_uri`).
+    same way on its filesystem (:func:`resolve_uri`); a ``hub:ORG/NAME[:CONFIG][@SPLIT]`` name
+    streams a Hugging Face dataset (:mod:`cleanpipe.io.hub`).
     """
     if isinstance(spec, (list, tuple)):
         out: list[Shard] = []
