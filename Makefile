@@ -26,11 +26,17 @@ setup: $(FULL)
 demo: $(BASE)
 	$(VENV)/bin/cleanpipe demo --output out/demo --overwrite
 
+# pytest's summary line counts the skips (tests/conftest.py adds a "skips:" line; with
+# CI=true any skip off tests/allowed_skips.txt fails the run); then the wall time of it all
 test: $(FULL)
-	$(PY) -m pytest -m "not slow" cleanpipe tests
+	@start=$$(date +%s); status=0; \
+	$(PY) -m pytest -m "not slow" cleanpipe tests || status=$$?; \
+	echo "make test: wall time $$(( $$(date +%s) - start )) s"; exit $$status
 
 test-slow: $(FULL)
-	$(PY) -m pytest -m slow tests
+	@start=$$(date +%s); status=0; \
+	$(PY) -m pytest -m slow tests || status=$$?; \
+	echo "make test-slow: wall time $$(( $$(date +%s) - start )) s"; exit $$status
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check cleanpipe tests benchmarks

@@ -77,6 +77,7 @@ def _leave_error_report(report_dir: str | None, command: str, pipeline: str | No
                         code: int, message: str, kind: str) -> None:
     if not report_dir:
         return
+    from cleanpipe.io.writers import OutputError
     from cleanpipe.report.error import error_report, write_error_report
 
     try:
@@ -85,6 +86,8 @@ def _leave_error_report(report_dir: str | None, command: str, pipeline: str | No
     except OSError as exc:
         print(f"cleanpipe: could not write the error report to {report_dir}: {exc}",
               file=sys.stderr)
+    except OutputError as exc:  # the folder holds report files someone else wrote
+        print(f"cleanpipe: no error report written: {exc}", file=sys.stderr)
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -97,13 +100,22 @@ def _load(args: argparse.Namespace) -> Any:
     return Pipeline.from_yaml(path)
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Range-check the numeric options (as the pipeline file's values are), before any work."""
+    from cleanpipe.spec import check_setting
+
+    for key, option in (("workers", "--workers"), ("batch_size", "--batch-size")):
+        if getattr(args, key, None) is not None:
+            check_setting(key, getattr(args, key), option)
+
+
 def _apply_overrides(pipe: Any, args: argparse.Namespace) -> None:
     spec = pipe.spec
     if getattr(args, "fields", None):
         spec.fields = [f.strip() for f in args.fields.split(",") if f.strip()]
     if getattr(args, "format", None):
         spec.output.format = args.format
-    if getattr(args, "batch_size", None):
+    if getattr(args, "batch_size", None) is not None:
         spec.batch_size = args.batch_size
     if getattr(args, "engine", None):
         spec.engine = args.engine
@@ -151,6 +163,7 @@ def _finish(report: dict[str, Any], out: str | None, quiet: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    _check_numbers(args)
     pipe = _load(args)
     _apply_overrides(pipe, args)
     out = args.output or pipe.spec.output.path
@@ -164,11 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(pipe: Any, args: argparse.Namespace, out: str | None,
          report_dir: str | None = None) -> dict[str, Any]:
-    if pipe.spec.engine == "ray":
-        from cleanpipe.engine.ray_engine import run_ray
-
-        return run_ray(pipe, _input(args), out, overwrite=args.overwrite,
-                       address=pipe.spec.ray_address)
+    # the engine (local or ray, --engine/--address or the file's) is chosen by Pipeline.run
     progress = not args.quiet and not args.no_progress
     if out is None:
         return pipe.run(_input(args), None, workers=args.workers, progress=progress,
@@ -178,6 +187,7 @@ def _run(pipe: Any, args: argparse.Namespace, out: str | None,
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    _check_numbers(args)
     pipe = _load(args)
     _apply_overrides(pipe, args)
     report = _run(pipe, args, None, report_dir=args.report_dir)
@@ -213,8 +223,22 @@ def describe_stages() -> str:
                 value = f.default if f.default_factory is None else f.default_factory()
                 default = f" = {value!r}"
             desc = " — " + " ".join(f.description.split()) if f.description else ""
-            out.append(f"    {fname}: {_type_name(f.annotation)}{default}{desc}")
+            out.append(f"    {fname}: {_type_name(f.annotation)}{default}{_bounds(f.metadata)}"
+                       f"{desc}")
     return "\n".join(out)
+
+
+def _bounds(metadata: list[Any]) -> str:
+    """A parameter's range, as ``cleanpipe stages`` shows it after the default.
+
+        >>> from pydantic import Field
+        >>> _bounds(Field(5, ge=0, le=1000).metadata)
+        ', >= 0 and <= 1000'
+    """
+    marks = [(">", "gt"), (">=", "ge"), ("<", "lt"), ("<=", "le")]
+    parts = [f"{sign} {getattr(m, name)}" for m in metadata for sign, name in marks
+             if getattr(m, name, None) is not None]
+    return ", " + " and ".join(parts) if parts else ""
 
 
 def _type_name(t: Any) -> str:
@@ -274,6 +298,7 @@ def shipped_pipeline(name: str) -> Any:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    _check_numbers(args)
     pipe = shipped_pipeline("demo")
     out = args.output or "cleanpipe-demo"
     print(f"cleanpipe demo: default pipeline on the bundled sample corpus ({SAMPLE_DIR})")
@@ -286,12 +311,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _common_run_args(p: argparse.ArgumentParser) -> None:
+    from cleanpipe.limits import MAX_BATCH_SIZE, MAX_WORKERS
+
     p.add_argument("pipeline", help="pipeline YAML file")
     p.add_argument("--input", "-i", nargs="+", help="input file(s), folder or glob, local or a"
                    " URI such as s3://bucket/prefix/ (overrides input.path)")
     p.add_argument("--fields", help="comma-separated text fields (overrides fields:)")
-    p.add_argument("--workers", "-j", type=int, help="worker processes (default: all cores)")
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--workers", "-j", type=int,
+                   help=f"worker processes, 1 to {MAX_WORKERS} (default: all cores)")
+    p.add_argument("--batch-size", type=int, help=f"rows per batch, 1 to {MAX_BATCH_SIZE:,}"
+                   " (default: batch_size:, else 4096); changes speed, never the output")
     p.add_argument("--engine", choices=["local", "ray"])
     p.add_argument("--address", help="Ray cluster address (with --engine ray)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -328,10 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stages", help="list stages, their parameters and defaults")
     p.set_defaults(func=cmd_stages)
 
+    from cleanpipe.limits import MAX_WORKERS
+
     p = sub.add_parser("demo", help="run the default pipeline on the bundled sample corpus")
     p.add_argument("--output", "-o", default="cleanpipe-demo")
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--workers", "-j", type=int)
+    p.add_argument("--workers", "-j", type=int, help=f"worker processes, 1 to {MAX_WORKERS}")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_demo)
 
@@ -355,6 +386,8 @@ def _register_commands(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cleanpipe.engine.termination import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+
     parser = build_parser()
     raw = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -366,12 +399,16 @@ def main(argv: list[str] | None = None) -> int:
                                 "UsageError")
         raise
     try:
-        return int(args.func(args))
+        with sigterm_as_interrupt():
+            return int(args.func(args))
     except BrokenPipeError:
         # `cleanpipe stages | head`: the reader left; not an error
         sys.stderr = open(os.devnull, "w")
         return EXIT_PASS
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):
+            print("cleanpipe: terminated (SIGTERM)", file=sys.stderr)
+            return EXIT_TERMINATED
         print("cleanpipe: interrupted", file=sys.stderr)
         return 130
     except BaseException as exc:

@@ -64,10 +64,11 @@ class GateConfig(BaseModel):
           never: [unicode/replacement_char, token_id_out_of_range]
           min_rows_out: 10000
 
-    Findings with action ``fail`` always fail the gate (rule ``no_fail_findings``).
+    Findings with action ``fail`` always fail the gate (rule ``no_fail_findings``), and so
+    does an output with no rows (``min_rows_out`` defaults to 1).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_dropped_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     """Most rows, as a fraction of rows read, that may be quarantined overall."""
@@ -79,8 +80,10 @@ class GateConfig(BaseModel):
     """Most rows each named reason may hit (any action), ``{reason: count}``."""
     never: list[str] = []
     """Reasons that must not fire at all (any action)."""
-    min_rows_out: int | None = Field(default=None, ge=0)
-    """Fewest rows the cleaned output may have."""
+    min_rows_out: int | None = Field(default=1, ge=0)
+    """Fewest rows the cleaned output may have. Default 1: an empty input (a wrong glob, an
+    empty shard, a failed export) or a run that quarantined every row fails the gate rather
+    than pass as clean; set 0 (or null) to allow an empty output."""
 
     @field_validator("max_reason_fractions")
     @classmethod
@@ -215,15 +218,32 @@ def evaluate(report: Mapping[str, Any], gate: GateConfig | Mapping[str, Any] | N
         ))
 
     if gate.min_rows_out is not None:
-        rules.append(_rule(
-            "min_rows_out", kept >= gate.min_rows_out,
-            f"{kept:,} rows out (minimum {gate.min_rows_out:,})", kept, gate.min_rows_out,
-        ))
+        rules.append(_rule("min_rows_out", kept >= gate.min_rows_out,
+                           _rows_out_message(read, kept, gate.min_rows_out), kept,
+                           gate.min_rows_out))
 
     passed = all(r["passed"] for r in rules)
     return {"passed": passed,
             "exit_code": int(ExitCode.PASSED if passed else ExitCode.GATE_FAILED),
             "rules": rules}
+
+
+def _rows_out_message(read: int, kept: int, minimum: int) -> str:
+    """The ``min_rows_out`` sentence; an empty input or output says so in words.
+
+        >>> _rows_out_message(0, 0, 1)
+        'the input has no rows: 0 rows out (minimum 1); set gate.min_rows_out: 0 to allow it'
+        >>> _rows_out_message(5, 0, 1)
+        'every row was quarantined: 0 rows out (minimum 1)'
+    """
+    text = f"{kept:,} rows out (minimum {minimum:,})"
+    if kept >= minimum:
+        return text
+    if read == 0:
+        return f"the input has no rows: {text}; set gate.min_rows_out: 0 to allow it"
+    if kept == 0:
+        return f"every row was quarantined: {text}"
+    return text
 
 
 def _max_rows(reasons: list[Mapping[str, Any]]) -> int:

@@ -24,9 +24,11 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cleanpipe.limits import MAX_BATCH_SIZE, MAX_ROWS_PER_PART, MAX_WORKERS, MAX_YAML_BYTES
+from cleanpipe.spec_yaml import YamlLimitError, key_path_text, read_yaml
+from cleanpipe.stage_order import StageOrderError, check_stage_order
 from cleanpipe.stages.base import Stage
 
 
@@ -63,21 +65,27 @@ class OutputSpec(BaseModel):
     """Add a list<string> column of this name with the codes flagged on each kept row."""
     events: bool = True
     """Write events.parquet: one row per change, drop and flag."""
-    rows_per_part: int = Field(1_000_000, gt=0)
+    rows_per_part: int = Field(1_000_000, ge=1, le=MAX_ROWS_PER_PART)
+
+
+#: settings that change how fast a run goes, never what it writes (see docs/guarantees.md)
+EXECUTION_KEYS = ("batch_size", "workers", "engine", "ray_address")
 
 
 class PipelineSpec(BaseModel):
     """A whole pipeline. ``stages`` holds validated stage objects."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
     name: str = "pipeline"
     description: str = ""
     input: InputSpec = InputSpec()
     output: OutputSpec = OutputSpec()
     fields: list[str] | None = None
     """Text fields the text stages work on; default: every string field found."""
-    batch_size: int = Field(4096, gt=0)
-    workers: int | None = Field(None, ge=1)
+    batch_size: int = Field(4096, ge=1, le=MAX_BATCH_SIZE)
+    """Rows per batch: changes speed and memory, never the output."""
+    workers: int | None = Field(None, ge=1, le=MAX_WORKERS)
+    """Worker processes (default: all cores): changes speed, never the output."""
     engine: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     stages: list[Any] = []
@@ -86,54 +94,48 @@ class PipelineSpec(BaseModel):
     source: str | None = None
 
     def config_dict(self) -> dict[str, Any]:
-        """The pipeline as plain data (what is hashed and stored in the report)."""
-        d = self.model_dump(mode="json", exclude={"stages", "gate", "source"})
+        """The pipeline as plain data, as the report stores it: everything but the
+        :data:`EXECUTION_KEYS` (the report records those with its timings)."""
+        d = self.model_dump(mode="json", exclude={"stages", "gate", "source", *EXECUTION_KEYS})
         d["stages"] = [{"stage": s.name, **s.describe()} for s in self.stages]
         g = self.gate
         d["gate"] = g.model_dump(mode="json") if hasattr(g, "model_dump") else g
         return d
 
     def config_hash(self) -> str:
+        """sha256 of what decides the results: :meth:`config_dict` less the name, the
+        description, where the data lives (``input.path``, ``output.path``) and each stage's
+        :attr:`~cleanpipe.stages.base.Stage.execution_params`. Equal hashes: the same input
+        gives the same output, byte for byte."""
         d = self.config_dict()
-        # where the data lives does not change what the pipeline does
-        d.pop("input", None)
-        d.pop("output", None)
+        for key in ("name", "description"):
+            d.pop(key, None)
+        d["input"].pop("path", None)
+        d["output"].pop("path", None)
+        d["stages"] = [{k: v for k, v in entry.items() if k not in type(s).execution_params}
+                       for s, entry in zip(self.stages, d["stages"], strict=True)]
         blob = json.dumps(d, sort_keys=True, ensure_ascii=False).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
 
 
-# ---------------------------------------------------------------------------------------
-# line numbers of keys, so errors can say "file:line"
+def check_setting(key: str, value: Any, option: str) -> Any:
+    """A command-line override of a top-level setting, validated as the file's value is.
 
-
-def _line_index(text: str) -> dict[tuple[Any, ...], int]:
+        >>> check_setting("workers", 4, "--workers")
+        4
+        >>> check_setting("batch_size", 0, "--batch-size")
+        Traceback (most recent call last):
+        ...
+        cleanpipe.spec.ConfigError: --batch-size 0: Input should be greater than or equal to 1
+    """
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return {}
-    out: dict[tuple[Any, ...], int] = {}
-
-    def walk(node: Any, path: tuple[Any, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                key = k.value
-                out[(*path, key)] = k.start_mark.line + 1
-                walk(v, (*path, key))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                out[(*path, i)] = v.start_mark.line + 1
-                walk(v, (*path, i))
-
-    if root is not None:
-        walk(root, ())
-    return out
+        return getattr(PipelineSpec.model_validate({key: value}), key)
+    except ValidationError as err:
+        raise ConfigError(f"{option} {value}: {err.errors()[0]['msg']}") from None
 
 
 def _fmt_path(loc: tuple[Any, ...]) -> str:
-    s = ""
-    for p in loc:
-        s += f"[{p}]" if isinstance(p, int) else (f".{p}" if s else str(p))
-    return s or "(top level)"
+    return key_path_text(loc) or "(top level)"
 
 
 def _where(source: str | None, lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> str:
@@ -180,11 +182,14 @@ def _raise_validation(err: ValidationError, model: type[BaseModel], base: tuple[
 
 def build_stage(entry: Any, index: int, source: str | None = None,
                 lines: dict[tuple[Any, ...], int] | None = None) -> Stage:
-    """A stage object from one ``stages:`` entry (``{stage: NAME, ...params}``)."""
+    """A stage object from one ``stages:`` entry (``{stage: NAME, ...params}``, or a stage
+    object built in code, taken as it is)."""
     from cleanpipe.stages.registry import get_stage_class, stage_classes
 
     lines = lines or {}
     loc: tuple[Any, ...] = ("stages", index)
+    if isinstance(entry, Stage):
+        return entry
     if isinstance(entry, str):
         entry = {"stage": entry}
     if not isinstance(entry, dict) or "stage" not in entry:
@@ -214,8 +219,11 @@ def _gate_model() -> type[BaseModel] | None:
     return GateConfig
 
 
-def spec_from_dict(data: Any, source: str | None = None, text: str | None = None) -> PipelineSpec:
-    lines = _line_index(text) if text else {}
+def spec_from_dict(data: Any, source: str | None = None,
+                   lines: dict[tuple[Any, ...], int] | None = None) -> PipelineSpec:
+    """A validated pipeline from plain data; ``lines`` (key path -> line, as
+    :func:`~cleanpipe.spec_yaml.read_yaml` gives) let errors name the line."""
+    lines = lines or {}
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -232,6 +240,11 @@ def spec_from_dict(data: Any, source: str | None = None, text: str | None = None
         _raise_validation(err, PipelineSpec, (), source, lines)
         raise  # pragma: no cover
     spec.stages = [build_stage(e, i, source, lines) for i, e in enumerate(raw_stages)]
+    try:
+        check_stage_order(spec.stages)
+    except StageOrderError as err:
+        loc = ("stages", err.index)
+        raise ConfigError(f"{_where(source, lines, loc)}: {err}") from None
     gm = _gate_model()
     if raw_gate is not None and gm is not None:
         try:
@@ -256,18 +269,18 @@ def spec_from_dict(data: Any, source: str | None = None, text: str | None = None
 
 def load_spec_text(text: str, source: str | None = None) -> PipelineSpec:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source or '<pipeline>'}:{mark.line + 1}" if mark else source or "<pipeline>"
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
-    return spec_from_dict(data, source, text)
+        data, lines = read_yaml(text, source)
+    except YamlLimitError as e:
+        raise ConfigError(str(e)) from None
+    return spec_from_dict(data, source, lines=lines)
 
 
 def load_spec(path: str | Path) -> PipelineSpec:
     p = Path(path)
     try:
+        if p.stat().st_size > MAX_YAML_BYTES:
+            raise ConfigError(f"{p}: {p.stat().st_size:,} bytes: a pipeline file may hold at"
+                              f" most {MAX_YAML_BYTES:,} bytes")
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such pipeline file") from None

@@ -29,3 +29,16 @@ def strip_endoftext(table: pa.Table) -> pa.Table:
     """The t0 completions without their literal trailing ``<|endoftext|>``."""
     col = pc.replace_substring_regex(table["completion"], r"<\|endoftext\|>$", "")
     return table.set_column(table.schema.get_field_index("completion"), "completion", col)
+
+
+def t0_guard_stages(tokenizer: Path) -> list:
+    """The shipped stages that quarantine t0's completions with nothing to train on, as the
+    SFT pipelines chain them: ``special_tokens`` strips the literal ``<|endoftext|>`` (a
+    tokenizer reads it as a control token, not as text), then ``trainable_tokens`` drops
+    the completions left empty."""
+    from cleanpipe.stages.special_tokens import SpecialTokens
+    from cleanpipe.stages.trainable_tokens import TrainableTokens
+
+    return [SpecialTokens(tokenizer=str(tokenizer)),
+            TrainableTokens(tokenizer=str(tokenizer), template="{prompt}{completion}",
+                            response_field="completion")]

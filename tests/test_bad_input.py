@@ -41,6 +41,7 @@ def test_parse_error_fail_names_file_and_line(tmp_path):
         _bad(p, on_parse_error="fail")
 
 
+@pytest.mark.realdata
 def test_instructionwild_five_bad_lines_quarantined(tmp_path, capsys):
     src = realdata("sft_instructionwild")
     out = tmp_path / "out"
@@ -73,6 +74,7 @@ def test_instructionwild_five_bad_lines_quarantined(tmp_path, capsys):
     assert read_parts(out / "data").num_rows == total_lines - 5
 
 
+@pytest.mark.realdata
 def test_instructionwild_fail_stops_at_the_line(tmp_path, capsys):
     src = realdata("sft_instructionwild")
     out = tmp_path / "out"

@@ -32,6 +32,7 @@ def _chat_table() -> pa.Table:
     return pa.Table.from_pylist(recs)
 
 
+@pytest.mark.realdata
 def test_row_bytes_depend_on_the_row_alone() -> None:
     t = _chat_table()
     whole = row_bytes(t)
@@ -177,8 +178,13 @@ def test_minhash_finalize_releases_the_batches_index() -> None:
 def test_minhash_decisions_unchanged_through_pickle() -> None:
     docs = ["alpha beta gamma delta epsilon zeta eta theta iota kappa"] * 3 + ["other text"]
     table = pa.table({"text": docs})
-    found = run_global(MinHashDedup(fields=["text"], threshold=0.5), table, ["text"],
-                       batch_size=2)
-    assert found["near_duplicate"] == {1: found["near_duplicate"][1],
-                                       2: found["near_duplicate"][2]}
+
+    def run(through_pickle: bool) -> dict[str, dict[int, str]]:
+        return run_global(MinHashDedup(fields=["text"], threshold=0.5), table, ["text"],
+                          batch_size=2, through_pickle=through_pickle)
+
+    found = run(through_pickle=True)
+    # rows 1 and 2 copy row 0 (the first kept); row 3 shares no shingle with them
+    assert sorted(found["near_duplicate"]) == [1, 2]
     assert all("r0" in d for d in found["near_duplicate"].values())
+    assert found == run(through_pickle=False)

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -164,6 +165,7 @@ def _t0_strings() -> list[str]:
     return out
 
 
+@pytest.mark.realdata
 def test_real_t0_fast_path_equals_regex_path():
     texts = _t0_strings()
     assert texts

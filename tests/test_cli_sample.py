@@ -90,6 +90,7 @@ def test_cli_sample_missing_input_exit_3(tmp_path) -> None:
     assert main(["sample", str(tmp_path / "missing.jsonl")]) == 3
 
 
+@pytest.mark.realdata
 def test_sample_real_t0_is_deterministic(tmp_path) -> None:
     folder = realdata("sft_self_instruct_t0_50k", "data_per_template")
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"

@@ -292,6 +292,7 @@ def test_normalize_skips_only_rows_the_form_leaves_unchanged(form):
     assert normalize(arr, unicode_form=form).equals(want)
 
 
+@pytest.mark.realdata
 def test_normalize_fast_path_on_real_chinese_and_english(shared_data):
     import pyarrow.compute as pc
 

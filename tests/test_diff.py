@@ -12,7 +12,7 @@ from cleanpipe.cli import main
 from cleanpipe.commands.diff import diff_reports, render_diff
 from cleanpipe.report import example_report, write_reports
 from tests.conftest import realdata
-from tests.test_report_pipeline import EmptyCompletion
+from tests.guard_data import t0_guard_stages
 
 
 def _pair(tmp_path):
@@ -90,17 +90,18 @@ def test_cli_diff_usage_error_exits_2(capsys) -> None:
         raise AssertionError("argparse accepted a missing argument")
 
 
+@pytest.mark.realdata
 def test_diff_of_two_real_runs(tmp_path, capsys) -> None:
-    folder = realdata("sft_self_instruct_t0_50k", "data_per_template")
-    runs = {"a": folder / "trec_trec1.jsonl", "b": folder / "ag_news_classify.jsonl"}
+    t0 = ("sft_self_instruct_t0_50k", "data_per_template")
+    runs = {"a": realdata(*t0, "trec_trec1.jsonl"), "b": realdata(*t0, "ag_news_classify.jsonl")}
+    stages = t0_guard_stages(realdata("tokenizers", "qwen3"))
     for name, path in runs.items():
-        if not path.exists():
-            pytest.skip(f"real data file missing: {path}")
-        Pipeline(stages=[EmptyCompletion()], fields=["prompt", "completion"]).run(
+        Pipeline(stages=stages, fields=["prompt", "completion"]).run(
             path, None, workers=1, report_dir=tmp_path / name)
     assert main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     # trec_trec1: every completion is only <|endoftext|> (PROVENANCE: 200 empty outputs)
-    assert d["gone_reasons"] == ["empty_completion/no_trainable_tokens"]
-    assert d["reasons"][0]["a"] == 200 and d["reasons"][0]["b"] == 0
+    assert d["gone_reasons"] == ["trainable_tokens/no_trainable_tokens"]
+    (empty,) = [r for r in d["reasons"] if r["reason"] == "trainable_tokens/no_trainable_tokens"]
+    assert empty["a"] == 200 and empty["b"] == 0
     assert not d["same_input"] and d["same_pipeline"]

@@ -74,6 +74,7 @@ def _cesu_offsets(data: bytes) -> list[int]:
     return out
 
 
+@pytest.mark.realdata
 def test_snips_cesu8_replace():
     p = _snips_play()
     tables, bad = _read(p)
@@ -90,6 +91,7 @@ def test_snips_cesu8_replace():
     assert emoji and all(ch in texts for ch in emoji)
 
 
+@pytest.mark.realdata
 def test_snips_cesu8_quarantine_file_line_offset():
     p = _snips_play()
     data = p.read_bytes()
@@ -107,6 +109,7 @@ def test_snips_cesu8_quarantine_file_line_offset():
     assert "\ufffd" not in json.dumps(_rows(tables), ensure_ascii=False)
 
 
+@pytest.mark.realdata
 def test_snips_cesu8_fail(tmp_path, capsys):
     p = _snips_play()
     first = _cesu_offsets(p.read_bytes())[0]
@@ -119,6 +122,7 @@ def test_snips_cesu8_fail(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.realdata
 def test_snips_all_files_through_pipeline(tmp_path):
     src = realdata("cls_snips_2017")
     rep = Pipeline(stages=[], input={"on_decode_error": "quarantine"}).run(src, tmp_path / "o")
@@ -134,6 +138,7 @@ def _sogou():
     return realdata("encoding_sogou_news_gbk", "news_tensite_xml.smarty.dat")
 
 
+@pytest.mark.realdata
 def test_gb18030_read_with_encoding():
     p = _sogou()
     t = read_table(p, fmt="text", encoding="gb18030")
@@ -145,6 +150,7 @@ def test_gb18030_read_with_encoding():
     assert "\ufffd" not in joined
 
 
+@pytest.mark.realdata
 def test_gb18030_without_encoding_suggests_it(tmp_path, capsys):
     p = _sogou()
     with pytest.raises(InputError, match=r"not UTF-8 .*set input\.encoding: gb18030"):

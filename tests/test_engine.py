@@ -162,26 +162,59 @@ def test_workers_and_batch_size_do_not_change_output(corpus: Path, tmp_path: Pat
     assert outs[0] == outs[1] == outs[2]
 
 
-class Sleepy(TextStage):
-    """Changes nothing, slowly: a stand-in for an expensive stage upstream of a global one."""
+class FakeClock:
+    """Stands in for ``time.perf_counter``: time passes only when a test stage says so."""
 
-    name = "_test_sleepy"
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.ticks: dict[str, int] = {}
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, who: str, seconds: float) -> None:
+        self.now += seconds
+        self.ticks[who] = self.ticks.get(who, 0) + 1
+
+
+CLOCK = FakeClock()
+
+
+class Slow(TextStage):
+    """Changes nothing, and takes 1 s of the fake clock per call: an expensive stage
+    upstream of a global one."""
+
+    name = "_test_slow"
     codes = {}
 
     def transform(self, texts: pa.Array) -> TextResult:
-        time.sleep(0.15)
+        CLOCK.spend(self.name, 1.0)
         return TextResult(texts, Findings(self.name))
 
 
-def test_global_stage_seconds_exclude_upstream_stages(corpus: Path) -> None:
+class SlowObserve(OddSeq):
+    """The toy global stage, taking 100 s of the fake clock per observed batch."""
+
+    name = "_test_slow_observe"
+
+    def observe(self, prepared, seq, batch, ctx):
+        CLOCK.spend(self.name, 100.0)
+        super().observe(prepared, seq, batch, ctx)
+
+
+def test_global_stage_seconds_exclude_upstream_stages(corpus: Path, monkeypatch) -> None:
     # In one process the global stage's first pass pulls every batch through the stages
     # before it; their time must not be booked to it (the profile benchmark ranks stages
-    # by these seconds).
-    report = Pipeline(stages=[Sleepy(), OddSeq()], fields=["text"], batch_size=1).run(
+    # by these seconds). A fake clock makes the seconds exact.
+    monkeypatch.setattr(time, "perf_counter", CLOCK)
+    monkeypatch.setattr(CLOCK, "ticks", {})
+    report = Pipeline(stages=[Slow(), SlowObserve()], fields=["text"], batch_size=1).run(
         corpus, workers=1)
-    seconds = {s["name"]: s["seconds"] for s in report["stages"]}
-    assert seconds["_test_sleepy"] >= 0.15 * 5
-    assert seconds["_test_dedupish"] < seconds["_test_sleepy"] / 4
+    booked = {s["name"]: s["seconds"] for s in report["stages"]}
+    assert CLOCK.ticks == {"_test_slow": 6, "_test_slow_observe": 6}  # 6 readable rows
+    # exactly what each stage spent of the fake clock: none of the upstream 6 x 1 s went to
+    # the global stage
+    assert booked == {"_test_slow": 6 * 1.0, "_test_slow_observe": 6 * 100.0}
 
 
 def test_generator_form(corpus: Path) -> None:

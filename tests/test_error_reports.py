@@ -79,3 +79,26 @@ def test_unreachable_remote_input_is_exit_3_not_internal(tmp_path: Path) -> None
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and url in err[0] and "internal error" not in err[0]
     assert _error_of(rd)[0]["exit_code"] == 3
+
+
+def test_report_dir_never_replaces_a_file_cleanpipe_did_not_write(tmp_path: Path,
+                                                                  capsys) -> None:
+    pipe = tmp_path / "p.yaml"
+    pipe.write_text(PIPE, encoding="utf-8")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "a"}\n', encoding="utf-8")
+    rd = tmp_path / "artifacts"
+    rd.mkdir()
+    (rd / "junit.xml").write_text("<tests of another tool/>", encoding="utf-8")
+    (rd / "coverage.xml").write_text("<coverage/>", encoding="utf-8")
+    assert main(["check", str(pipe), "-i", str(data), "--report-dir", str(rd)]) == 2
+    assert "junit.xml: not replaced" in capsys.readouterr().err
+    assert (rd / "junit.xml").read_text(encoding="utf-8") == "<tests of another tool/>"
+    assert not (rd / "report.json").exists()
+    (rd / "junit.xml").unlink()
+    # once cleanpipe wrote them, its own reports are replaced on the next run, and files of
+    # other tools in the folder are left alone
+    for _ in range(2):
+        assert main(["check", str(pipe), "-i", str(data), "--report-dir", str(rd)]) == 0
+    assert (rd / "coverage.xml").read_text(encoding="utf-8") == "<coverage/>"
+    assert json.loads((rd / "report.json").read_text(encoding="utf-8"))["totals"]["read"] == 1

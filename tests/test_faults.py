@@ -34,10 +34,11 @@ def _files(out: Path) -> dict[str, bytes]:
             if p.is_file() and p.name not in skip}
 
 
-def _run_slow(src: Path, out: Path, seconds: float) -> subprocess.Popen:
+def _run_slow(src: Path, out: Path, pause_dir: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    extra = [str(pause_dir)] if pause_dir is not None else []
     return subprocess.Popen([sys.executable, str(REPO / "tests" / "_slow_run.py"), str(src),
-                             str(out), str(seconds)], env=env, cwd=REPO)
+                             str(out), *extra], env=env, cwd=REPO)
 
 
 def _leftovers(parent: Path, name: str) -> list[Path]:
@@ -48,19 +49,22 @@ def _leftovers(parent: Path, name: str) -> list[Path]:
 def test_sigkill_midway_then_rerun_is_identical(tmp_path, previous):
     src = _corpus(tmp_path / "in.jsonl")
     ref = tmp_path / "ref"
-    _run_slow(src, ref, 0.0).wait(timeout=120)
+    _run_slow(src, ref).wait(timeout=120)
     assert (ref / "_SUCCESS").exists()
     out = tmp_path / "out"
     if previous:  # a previous complete output must survive a killed overwrite
-        _run_slow(src, out, 0.0).wait(timeout=120)
+        _run_slow(src, out).wait(timeout=120)
         before = _files(out)
-    proc = _run_slow(src, out, 0.05)  # 40 batches x 0.05 s: ~2 s of work
-    deadline = time.time() + 60
-    # kill once it is writing: its temporary folder exists
-    while time.time() < deadline and not _leftovers(tmp_path, "out") and proc.poll() is None:
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    proc = _run_slow(src, out, pause)
+    # the run signals half-way through its batches and then waits (forever: no "resume")
+    deadline = time.monotonic() + 120
+    while not (pause / "paused").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(0.5)
-    assert proc.poll() is None, "the run finished before it could be killed"
+    assert (pause / "paused").exists(), f"the run never reached its pause (exit {proc.poll()})"
+    assert proc.poll() is None
+    assert _leftovers(tmp_path, "out"), "half-way, the run writes into its temporary folder"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     if previous:
@@ -71,25 +75,42 @@ def test_sigkill_midway_then_rerun_is_identical(tmp_path, previous):
     for left in _leftovers(tmp_path, "out"):
         assert not (left / "_SUCCESS").exists()
     # rerun: byte-identical to the uninterrupted run, and the leftovers are cleaned
-    _run_slow(src, out, 0.0).wait(timeout=120)
+    _run_slow(src, out).wait(timeout=120)
     assert (out / "_SUCCESS").exists()
     assert _files(out) == _files(ref)
     assert _leftovers(tmp_path, "out") == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_read_only_output_parent(tmp_path, capsys):
+def _mount_tmpfs(mnt: Path, options: str) -> None:
+    """Mount a tmpfs at ``mnt`` (needs CAP_SYS_ADMIN; skips without it)."""
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """An empty folder nobody may write into: chmod 500, or for root (whom permission bits
+    do not stop) a read-only tmpfs."""
     ro = tmp_path / "ro"
     ro.mkdir()
-    ro.chmod(0o500)
-    try:
-        src = _corpus(tmp_path / "in.jsonl", 10)
-        pipe = write_pipeline(tmp_path / "p.yaml", src)
-        code, _, err = cli(capsys, "run", str(pipe), "-o", str(ro / "out"), "-q")
-        assert code == 2 and "not writable" in err
-        assert list(ro.iterdir()) == []
-    finally:
+    if os.geteuid() == 0:
+        _mount_tmpfs(ro, "ro,size=64k")
+        yield ro
+        subprocess.run(["umount", str(ro)], check=False)
+    else:
+        ro.chmod(0o500)
+        yield ro
         ro.chmod(0o700)
+
+
+def test_read_only_output_parent(tmp_path, read_only_dir, capsys):
+    src = _corpus(tmp_path / "in.jsonl", 10)
+    pipe = write_pipeline(tmp_path / "p.yaml", src)
+    code, _, err = cli(capsys, "run", str(pipe), "-o", str(read_only_dir / "out"), "-q")
+    assert code == 2 and "not writable" in err and str(read_only_dir) in err
+    assert list(read_only_dir.iterdir()) == []
 
 
 def test_output_parent_is_a_file(tmp_path, capsys):
@@ -106,10 +127,7 @@ def test_output_parent_is_a_file(tmp_path, capsys):
 def tiny_fs(tmp_path):
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.strip()}")
+    _mount_tmpfs(mnt, "size=256k")
     yield mnt
     subprocess.run(["umount", str(mnt)], check=False)
 

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import datasets
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleanpipe import Pipeline
+from cleanpipe.cli import SAMPLE_DIR
 from cleanpipe.io.readers import iter_chunks
+from cleanpipe.stage_order import REPAIR
 from cleanpipe.stages.registry import stage_classes
 from tests._robust_helpers import read_parts
 from tests.conftest import realdata
@@ -21,27 +24,61 @@ FUZZ = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
+TOKENIZER = str(SAMPLE_DIR / "tokenizer")  # the bundled byte-level BPE (1000 ids)
+LABELS_FILE = SAMPLE_DIR / "labels.json"
+LABELS: list[str] = json.loads(LABELS_FILE.read_text("utf-8"))
+VOCAB = 1000
 
-def _stages() -> list:
-    """Every registered stage that builds with its defaults (more as branches land),
-    plus a regex filter so that rows are dropped too."""
+# What each stage needs to run on the fuzzed records (the rest build with their defaults):
+# the tokenizer stages use the sample tokenizer; labels, numeric and token_ids check the
+# label, score and input_ids columns the records carry; a regex filter so that rows are
+# dropped too.
+PARAMS: dict[str, dict] = {
+    "context_length": {"tokenizer": TOKENIZER, "max_length": 24, "template": "{text}"},
+    "labels": {"labels_file": str(LABELS_FILE)},
+    "numeric": {"fields": ["score"], "ranges": {"score": (0, 1)}},
+    "regex_filter": {"patterns": {"q": r"\?", "ctl": r"[\x00-\x08]"}},
+    "special_tokens": {"tokenizer": TOKENIZER},
+    "token_ids": {"tokenizer": TOKENIZER},
+    "trainable_tokens": {"tokenizer": TOKENIZER, "max_length": 24, "template": "{text}"},
+}
+# stages that read a column of their own, which plain text input does not have
+COLUMN_STAGES = {"labels", "numeric", "token_ids"}
+
+
+def _stages(text_only: bool = False) -> list:
+    """Every registered stage (or, for plain text input, every one that needs no column of
+    its own), set up with PARAMS: a stage that cannot be built fails the test. The repair
+    stage goes first, as the pipeline loader requires (cleanpipe.stage_order)."""
     out = []
-    for name, cls in stage_classes().items():
-        if name == "regex_filter":
+    for name, cls in sorted(stage_classes().items(), key=lambda item: item[0] != REPAIR):
+        if text_only and name in COLUMN_STAGES:
             continue
-        try:
-            stage = cls()
-            stage.setup()
-        except Exception:  # needs parameters (a tokenizer, a label list): not fuzzable here
-            continue
+        stage = cls(**PARAMS.get(name, {}))
+        stage.setup()
         out.append(stage)
-    out.append(stage_classes()["regex_filter"](patterns={"q": r"\?", "ctl": r"[\x00-\x08]"}))
     return out
 
 
-def _check(rep: dict) -> None:
+def _check(rep: dict, text_only: bool = False) -> None:
     t = rep["totals"]
     assert t["kept"] + t["quarantined"] == t["read"]
+    # every registered stage took part in the run
+    expected = set(stage_classes()) - (COLUMN_STAGES if text_only else set())
+    assert {s["name"] for s in rep["stages"]} == expected
+
+
+# the columns of the column stages: valid values and every kind of wrong one
+_label = st.one_of(st.sampled_from(LABELS), st.text(max_size=8), st.none())
+_score = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none())
+_ids = st.one_of(st.lists(st.integers(-3, VOCAB + 3), max_size=8), st.none())
+_row = st.fixed_dictionaries({"text": st.text(), "label": _label, "score": _score,
+                              "input_ids": _ids})
+
+
+def test_every_registered_stage_is_fuzzed() -> None:
+    assert {s.name for s in _stages()} == set(stage_classes())
+    assert set(PARAMS) <= set(stage_classes())  # no parameters for a stage that is gone
 
 
 def _write_jsonl(path: Path, records: list) -> None:
@@ -51,38 +88,43 @@ def _write_jsonl(path: Path, records: list) -> None:
 
 
 @FUZZ
-@given(texts=st.lists(st.text(), min_size=1, max_size=30))
-def test_arbitrary_unicode_in_memory(texts):
-    rep = Pipeline(stages=_stages(), fields=["text"]).run(pa.table({"text": texts}), workers=1)
+@given(rows=st.lists(_row, min_size=1, max_size=30))
+def test_arbitrary_unicode_in_memory(rows):
+    table = pa.Table.from_pylist(rows, schema=pa.schema([
+        ("text", pa.string()), ("label", pa.string()), ("score", pa.float64()),
+        ("input_ids", pa.list_(pa.int64()))]))
+    rep = Pipeline(stages=_stages(), fields=["text"]).run(table, workers=1)
     _check(rep)
-    assert rep["totals"]["read"] == len(texts)
+    assert rep["totals"]["read"] == len(rows)
 
 
 @FUZZ
-@given(texts=st.lists(st.text(), min_size=1, max_size=30))
-def test_arbitrary_unicode_through_files(tmp_path_factory, texts):
+@given(rows=st.lists(_row, min_size=1, max_size=30))
+def test_arbitrary_unicode_through_files(tmp_path_factory, rows):
     d = tmp_path_factory.mktemp("fz")
     src = d / "in.jsonl"
     # odd rows escaped (\\ud800 style, lone surrogates included), even rows raw UTF-8
-    _write_jsonl(src, [{"text": t} for t in texts])
+    _write_jsonl(src, rows)
     rep = Pipeline(stages=_stages(), fields=["text"]).run(src, d / "out")
     _check(rep)
-    assert rep["totals"]["read"] == len(texts)
+    assert rep["totals"]["read"] == len(rows)
     assert (d / "out" / "_SUCCESS").exists()
 
 
+@pytest.mark.realdata
 def test_blns_through_the_pipeline(tmp_path):
     strings = json.loads(realdata("blns", "blns.json").read_text("utf-8"))
     src = tmp_path / "blns.jsonl"
-    _write_jsonl(src, [{"text": s, "conversations": [{"from": "human", "value": s}]}
-                       for s in strings])
+    _write_jsonl(src, [{"text": s, "conversations": [{"from": "human", "value": s}],
+                        "label": LABELS[i % len(LABELS)], "score": 0.5, "input_ids": [i]}
+                       for i, s in enumerate(strings)])
     rep = Pipeline(stages=_stages()).run(src, tmp_path / "out")
     _check(rep)
     assert rep["totals"]["read"] == len(strings)
     # blns.txt read as plain text lines, too
-    rep = Pipeline(stages=_stages(), input={"format": "text"}).run(
+    rep = Pipeline(stages=_stages(text_only=True), input={"format": "text"}).run(
         realdata("blns", "blns.txt"), tmp_path / "out2")
-    _check(rep)
+    _check(rep, text_only=True)
 
 
 _leaf = st.one_of(st.text(max_size=20), st.integers(-(2 ** 40), 2 ** 40), st.booleans(),
@@ -90,7 +132,8 @@ _leaf = st.one_of(st.text(max_size=20), st.integers(-(2 ** 40), 2 ** 40), st.boo
 _nested = st.recursive(_leaf, lambda kids: st.one_of(
     st.lists(kids, max_size=4), st.dictionaries(st.sampled_from("abcde"), kids, max_size=4)),
     max_leaves=20)
-_record = st.fixed_dictionaries({"text": st.text(max_size=40)},
+_record = st.fixed_dictionaries({"text": st.text(max_size=40), "label": _label,
+                                 "score": _score, "input_ids": _ids},
                                 optional={"meta": _nested, "n": _nested, "x": _leaf})
 
 

@@ -27,9 +27,30 @@ def _rule(verdict, name):
 
 
 def test_no_thresholds_passes_with_exit_code_0() -> None:
+    # without thresholds two rules still hold: no `fail` finding, and at least one row out
     v = evaluate(_report(reasons=[DUPES, LONG]), GateConfig())
     assert v == {"passed": True, "exit_code": ExitCode.PASSED,
-                 "rules": [_rule(v, "no_fail_findings")]}
+                 "rules": [_rule(v, "no_fail_findings"), _rule(v, "min_rows_out")]}
+
+
+@pytest.mark.parametrize("gate", [GateConfig(), None, {}])
+def test_empty_input_fails_by_default(gate) -> None:
+    v = evaluate(_report(read=0, kept=0), gate)
+    assert (v["passed"], v["exit_code"]) == (False, ExitCode.GATE_FAILED)
+    rule = _rule(v, "min_rows_out")
+    assert not rule["passed"] and (rule["value"], rule["limit"]) == (0, 1)
+    assert rule["message"].startswith("the input has no rows")
+
+
+def test_every_row_quarantined_fails_by_default() -> None:
+    v = evaluate(_report(read=5, kept=0), GateConfig())
+    assert not v["passed"]
+    assert _rule(v, "min_rows_out")["message"].startswith("every row was quarantined")
+
+
+def test_empty_output_allowed_on_request() -> None:
+    assert evaluate(_report(read=0, kept=0), GateConfig(min_rows_out=0))["passed"]
+    assert evaluate(_report(read=0, kept=0), {"min_rows_out": None})["passed"]
 
 
 def test_max_dropped_fraction_boundary() -> None:
@@ -47,7 +68,7 @@ def test_max_reason_fraction_one_rule_per_drop_reason() -> None:
     by_name = {r["name"]: r["passed"] for r in v["rules"]}
     assert by_name == {"no_fail_findings": True,
                        "max_reason_fraction[dedup/exact_duplicate]": False,
-                       "max_reason_fraction[length/too_long]": True}
+                       "max_reason_fraction[length/too_long]": True, "min_rows_out": True}
     assert not v["passed"]
 
 

@@ -71,6 +71,7 @@ def test_exit_3_on_unreadable_input(tmp_path, capsys) -> None:
     assert code == 3 and io.err
 
 
+@pytest.mark.realdata
 def test_exit_1_on_real_data_min_rows(tmp_path, capsys) -> None:
     data = realdata("sft_self_instruct_t0_50k", "data_per_template", "trec_trec1.jsonl")
     pipe = tmp_path / "pipe.yaml"
@@ -79,3 +80,57 @@ def test_exit_1_on_real_data_min_rows(tmp_path, capsys) -> None:
     code, _ = _check(tmp_path, str(pipe), data, capsys)
     assert code == 1
     assert load_report(tmp_path / "rep")["totals"]["read"] == 200
+
+
+def _empty_check(tmp_path, capsys, pipeline: str, data) -> tuple[int, str]:
+    code = main(["check", pipeline, "--input", str(data), "--report-dir",
+                 str(tmp_path / "rep"), "--no-progress", "--workers", "1"])
+    return code, capsys.readouterr().out
+
+
+def _says_empty(tmp_path, out: str) -> None:
+    reason = "min_rows_out: the input has no rows: 0 rows out (minimum 1)"
+    assert f"failed: {reason}" in out
+    report = load_report(tmp_path / "rep")
+    assert report["totals"]["read"] == 0 and not report["verdict"]["passed"]
+    (rule,) = [r for r in report["verdict"]["rules"] if not r["passed"]]
+    assert rule["name"] == "min_rows_out" and rule["message"].startswith("the input has no rows")
+    cases = ET.parse(tmp_path / "rep" / "junit.xml").getroot().iter("testcase")
+    failures = {c.get("name"): c.find("failure").get("message") for c in cases
+                if c.find("failure") is not None}
+    assert list(failures) == ["min_rows_out"]
+    assert failures["min_rows_out"].startswith("the input has no rows")
+
+
+@pytest.mark.parametrize("gate", [None, "  max_dropped_fraction: 0.1"])
+def test_empty_input_fails_the_gate_by_default(tmp_path, capsys, gate) -> None:
+    """No `gate:` at all, or one without min_rows_out: an input with no rows exits 1."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", "utf-8")
+    pipe = tmp_path / "pipe.yaml"
+    pipe.write_text("name: t\nfields: [text]\nstages: [{stage: unicode_fix}]\n"
+                    + (f"gate:\n{gate}\n" if gate else ""), "utf-8")
+    code, out = _empty_check(tmp_path, capsys, str(pipe), empty)
+    assert code == 1
+    _says_empty(tmp_path, out)
+
+
+def test_empty_input_allowed_when_asked(tmp_path, capsys) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", "utf-8")
+    code, _ = _check(tmp_path, _pipeline(tmp_path, "  min_rows_out: 0"), empty, capsys)
+    assert code == 0
+
+
+@pytest.mark.realdata
+def test_empty_real_shard_fails_a_shipped_pipeline(tmp_path, capsys) -> None:
+    """One of the 11 empty T0 shards, checked with the shipped prompt/completion pipeline."""
+    from cleanpipe.cli import PIPELINES_DIR
+
+    data = realdata("sft_self_instruct_t0_50k", "data_per_template",
+                    "trec_fine_grained_HUM.jsonl")
+    assert data.stat().st_size == 0
+    code, out = _empty_check(tmp_path, capsys,
+                             str(PIPELINES_DIR / "sft_prompt_completion.yaml"), data)
+    assert code == 1
+    _says_empty(tmp_path, out)

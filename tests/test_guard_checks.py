@@ -32,6 +32,7 @@ def _banking() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows)
 
 
+@pytest.mark.realdata
 def test_banking77_all_valid_then_ten_corrupted() -> None:
     cats = str(realdata("cls_banking77", "categories.json"))
     b = _banking()
@@ -52,6 +53,7 @@ def test_banking77_all_valid_then_ten_corrupted() -> None:
     assert res2.metrics["unknown_labels"]["not_a_label"] == 2
 
 
+@pytest.mark.realdata
 def test_banking77_mapping_applied_and_verified() -> None:
     cats = str(realdata("cls_banking77", "categories.json"))
     b = _banking().slice(0, 500)
@@ -65,6 +67,7 @@ def test_banking77_mapping_applied_and_verified() -> None:
     assert res2.findings.positions().tolist() == [0, 1, 2]
 
 
+@pytest.mark.realdata
 def test_tnews_int_vs_string_and_missing_ids() -> None:
     lab = str(realdata("cls_fewclue_tnews_iflytek_eprstmt", "tnews", "label_index2en2zh.json"))
     b = read_records(realdata("cls_fewclue_tnews_iflytek_eprstmt", "tnews",
@@ -90,6 +93,7 @@ def test_multi_and_token_labels() -> None:
     assert res.findings.positions().tolist() == [1, 2]
 
 
+@pytest.mark.realdata
 def test_token_ids_on_qwen3_pretokenized() -> None:
     qwen = realdata("tokenizers", "qwen3")
     from cleanpipe.templating import LoadedTokenizer
@@ -119,6 +123,7 @@ def test_token_ids_on_qwen3_pretokenized() -> None:
     assert res2.metrics["vocab_size_mismatch"] == 1
 
 
+@pytest.mark.realdata
 def test_token_ids_config_json() -> None:
     cfg = realdata("tokenizers", "bert-minilm")
     res = _run(TokenIdCheck(config=str(cfg), labels_field=None),
@@ -154,6 +159,7 @@ def test_schema_chat_and_preference_fixture() -> None:
     assert pos["chosen_equals_rejected"] == [5]
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("folder,file", [("sft_llamafactory_demos", "dpo_en_demo.json"),
                                          ("sft_medicalgpt_zh", "dpo_zh_500.jsonl")])
 def test_schema_real_dpo(folder: str, file: str) -> None:

@@ -70,6 +70,7 @@ def test_truncate_keeps_trainable(word_tok: str) -> None:
     assert after.counts[0] <= 4
 
 
+@pytest.mark.realdata
 def test_truncate_chat_last_answer() -> None:
     tok = str(realdata("tokenizers", "qwen3"))
     long = "word " * 400
@@ -111,6 +112,7 @@ def _check_counts(stage: ContextLength, batch: pa.RecordBatch, limit: int) -> in
     return int(counted.sum())
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("rows", [
     300, pytest.param(None, marks=pytest.mark.slow, id="every-record")])
 @pytest.mark.parametrize("tok", ["qwen3", "bert-minilm"])
@@ -151,6 +153,7 @@ def _t0(step: int) -> pa.RecordBatch:
     return t.combine_chunks().to_batches()[0]
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("tok", ["qwen3", "bert-minilm"])
 def test_counts_equal_full_encoding_t0_sample(tok: str) -> None:
     batch = _t0(25)
@@ -160,6 +163,7 @@ def test_counts_equal_full_encoding_t0_sample(tok: str) -> None:
     assert _check_counts(s, batch, 512) > 100
 
 
+@pytest.mark.realdata
 @pytest.mark.slow
 @pytest.mark.parametrize("tok", ["qwen3", "bert-minilm"])
 @pytest.mark.parametrize("limit", [512, 2048])
@@ -171,6 +175,7 @@ def test_counts_equal_full_encoding_t0_every_record(tok: str, limit: int) -> Non
     _check_counts(s, batch, limit)
 
 
+@pytest.mark.realdata
 def test_chat_render_matches_transformers() -> None:
     transformers = pytest.importorskip("transformers")
     from cleanpipe.templating.chat import to_messages
@@ -198,6 +203,7 @@ def test_trainable_tokens_fixture(word_tok: str) -> None:
     assert res.metrics["reasons"] == {"empty_answer": 1, "truncated_away": 1}
 
 
+@pytest.mark.realdata
 def test_trainable_tokens_t0_empty_completions() -> None:
     t = strip_endoftext(read_t0(realdata("sft_self_instruct_t0_50k")))
     # Independent count: completions that are empty once the artifact is removed.
@@ -214,6 +220,7 @@ def test_trainable_tokens_t0_empty_completions() -> None:
     assert np.all(lengths[got] == 0)
 
 
+@pytest.mark.realdata
 def test_trainable_tokens_truncated_away_qwen_chat() -> None:
     tok = str(realdata("tokenizers", "qwen3"))
     b = pa.RecordBatch.from_pylist([

@@ -58,7 +58,9 @@ def _alpaca_pair(d: Path) -> None:
 
 def test_shard_without_a_text_field_reads_it_as_null(tmp_path, capsys):
     _alpaca_pair(tmp_path / "in")
-    code, err, out = _run(tmp_path, capsys, tmp_path / "in", stages="[{stage: whitespace}]",
+    # whitespace set to fix (its defaults only flag): the text stage visibly ran on it
+    code, err, out = _run(tmp_path, capsys, tmp_path / "in",
+                          stages="[{stage: whitespace, action: fix}]",
                           extra="fields: [instruction, input, output]\n")
     assert code == 0, err
     assert _conserved(out)["kept"] == 3

@@ -16,7 +16,8 @@ SHIPPED = sorted(p.stem for p in PIPELINES_DIR.glob("*.yaml"))
 
 
 def test_the_ready_pipelines_are_shipped() -> None:
-    assert {"demo", "sft_alpaca", "sft_chat", "classification", "pretrain_text"} <= set(SHIPPED)
+    assert {"demo", "sft_alpaca", "sft_chat", "classification", "pretrain_text",
+            "sft_prompt_completion"} <= set(SHIPPED)
     # pipelines/ at the repository root is the same folder
     root = Path(__file__).resolve().parent.parent / "pipelines"
     if root.exists():
@@ -49,12 +50,17 @@ def _cls(i: int) -> dict:
             "label": ["positive", "negative", "neutral"][i % 3]}
 
 
+def _prompt_completion(i: int) -> dict:
+    return {"prompt": f"Question: what is {i} times 3?\nAnswer:", "completion": f" {i * 3}"}
+
+
 def _text(i: int) -> dict:
     return {"text": f"Document {i}. The river number {i * 11} flows past town {i * 17}."}
 
 
 FIXTURES = {"demo": [_alpaca], "sft_alpaca": [_alpaca], "sft_chat": [_sharegpt, _openai],
-            "classification": [_cls], "pretrain_text": [_text]}
+            "classification": [_cls], "pretrain_text": [_text],
+            "sft_prompt_completion": [_prompt_completion]}
 CASES = [(name, make) for name in SHIPPED for make in FIXTURES[name]]
 
 
@@ -101,6 +107,6 @@ def test_readme_standalone_examples() -> None:
     assert strip(["a\u200bb", None]) == ["ab", None]
     out = strip(pl.Series(["x\u00ady"]))
     assert isinstance(out, pl.Series) and out.to_list() == ["xy"]
-    ds = datasets.Dataset.from_dict({"text": ["a\x00b", "c\r\nd"], "n": [1, 2]})
+    ds = datasets.Dataset.from_dict({"text": ["a\x00b", "c\rd"], "n": [1, 2]})
     ds = ds.map(ControlChars(), batched=True)
     assert ds["text"][:] == ["ab", "c\nd"] and ds["n"][:] == [1, 2]

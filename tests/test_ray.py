@@ -32,7 +32,7 @@ from tests.conftest import realdata
 
 ray = pytest.importorskip("ray")
 from cleanpipe.engine import ray_dedup  # noqa: E402
-from cleanpipe.engine.ray_engine import execute_ray, run_ray  # noqa: E402
+from cleanpipe.engine.ray_engine import execute_ray  # noqa: E402
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parents[1]
@@ -163,12 +163,12 @@ def test_dedup_without_rows_identical(cluster, tmp_path: Path) -> None:
     assert len(sections) == 2 and all(s["rows"] == 0 for s in sections)
 
 
-def test_run_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
+def test_run_on_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in
                            ["x <|endoftext|>", "x ", "", "y", "y", "z"]), encoding="utf-8")
     rep_local = _full(2)().run(src, tmp_path / "local")
-    rep_ray = run_ray(_full(2)(), src, tmp_path / "ray")
+    rep_ray = _full(2)().run(src, tmp_path / "ray", engine="ray")
     assert _comparable(rep_ray)["totals"] == _comparable(rep_local)["totals"]
     for sub in ("data", "quarantine"):
         a = pq.read_table(sorted((tmp_path / "local" / sub).glob("*.parquet"))).to_pylist()
@@ -176,6 +176,39 @@ def test_run_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
         assert a == b and a
 
 
+def test_yaml_engine_ray_runs_on_ray_from_python_and_cli(cluster, tmp_path: Path) -> None:
+    """``engine: ray`` in the file is honoured by ``Pipeline.run`` and by the CLI (which calls
+    it), with ``report_dir`` written as locally; the grouping ran on the cluster."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["a", "b", "a", "c"]),
+                   encoding="utf-8")
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text("engine: ray\nbatch_size: 2\nstages:\n  - stage: exact_dedup\n",
+                    encoding="utf-8")
+    runs = len(ray_dedup.RUNS)
+    rep = Pipeline.from_yaml(yaml).run(src, tmp_path / "ray", report_dir=tmp_path / "rd")
+    assert len(ray_dedup.RUNS) == runs + 1  # exact_dedup grouped on the cluster
+    assert rep["timing"]["engine"] == "ray"
+    assert json.loads((tmp_path / "rd" / "report.json").read_text())["totals"] == rep["totals"]
+    assert (tmp_path / "rd" / "junit.xml").is_file()
+    local = Pipeline.from_yaml(yaml).run(src, tmp_path / "local", engine="local")
+    assert len(ray_dedup.RUNS) == runs + 1 and local["timing"]["engine"] == "local"
+    assert _comparable(rep)["totals"] == _comparable(local)["totals"]
+    for sub in ("data", "quarantine"):
+        a = pq.read_table(sorted((tmp_path / "local" / sub).glob("*.parquet"))).to_pylist()
+        b = pq.read_table(sorted((tmp_path / "ray" / sub).glob("*.parquet"))).to_pylist()
+        assert a == b and a
+
+    from cleanpipe.cli import main
+
+    assert main(["run", str(yaml), "--input", str(src), "--output", str(tmp_path / "cli"),
+                 "--report-dir", str(tmp_path / "cli-rd"), "--quiet"]) == 0
+    assert len(ray_dedup.RUNS) == runs + 2
+    cli = json.loads((tmp_path / "cli-rd" / "report.json").read_text())
+    assert cli["timing"]["engine"] == "ray" and cli["totals"] == rep["totals"]
+
+
+@pytest.mark.realdata
 def test_t0_sample_identical(cluster) -> None:
     """Fast real-data check: 30 of the t0 template files (a few thousand rows)."""
     folder = realdata("sft_self_instruct_t0_50k", "data_per_template")
@@ -188,11 +221,13 @@ def test_t0_sample_identical(cluster) -> None:
 
 # The two full-corpus identity checks are issue 8's acceptance and run in `make test` (CI):
 # about five minutes together on 2 cores, most of it Ray's shuffles.
+@pytest.mark.realdata
 def test_t0_full_identical(cluster) -> None:
     local = _same(_full(4096), realdata("sft_self_instruct_t0_50k", "data_per_template"))
     assert local["report"]["totals"]["read"] == 55185
 
 
+@pytest.mark.realdata
 def test_tldr_full_identical(cluster) -> None:
     def make() -> Pipeline:
         return Pipeline(stages=[DropBlank(), ExactDedup(), MinHashDedup()], fields=["text"],
@@ -201,6 +236,7 @@ def test_tldr_full_identical(cluster) -> None:
     assert local["report"]["totals"]["kept"] > 0
 
 
+@pytest.mark.realdata
 def test_tldr_head_identical(cluster, tmp_path: Path) -> None:
     """Fast real-data check on the first 3000 tldr pages (many languages, near-duplicates)."""
     full = realdata("corpus_tldr_pages", "tldr_pages.jsonl")
@@ -219,6 +255,7 @@ def test_tldr_head_identical(cluster, tmp_path: Path) -> None:
     assert minhash["section"]["duplicates"] > 0
 
 
+@pytest.mark.realdata
 def test_t0_sample_real_text_stages_identical(cluster) -> None:
     """The text stages from main (ftfy repair, invisible characters, whitespace) on Ray."""
     from cleanpipe.stages.invisible_chars import InvisibleChars

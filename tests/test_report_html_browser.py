@@ -108,6 +108,7 @@ def test_plots_render_and_screenshot(browser, tmp_path) -> None:
     assert dialogs == [] and requests == []
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("bypass_csp", [False, True], ids=["with-csp", "escaping-alone"])
 def test_blns_data_runs_no_script(browser, tmp_path, bypass_csp: bool) -> None:
     blns = json.loads(realdata("blns", "blns.json").read_text("utf-8"))

@@ -6,96 +6,68 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from cleanpipe import Pipeline
+from cleanpipe.cli import SAMPLE_DIR
 from cleanpipe.gate import GateConfig
 from cleanpipe.report import load_report
 from cleanpipe.report.schema import validate
-from cleanpipe.stages.base import (
-    Action,
-    BatchContext,
-    BatchResult,
-    BatchStage,
-    Findings,
-    TextResult,
-    TextStage,
-)
+from cleanpipe.stages.invisible_chars import InvisibleChars
+from cleanpipe.stages.trainable_tokens import TrainableTokens
 from tests.conftest import realdata
+from tests.guard_data import t0_guard_stages
 
 EOS = "<|endoftext|>"
+SAMPLE_TOKENIZER = SAMPLE_DIR / "tokenizer"
 
 
-class StripZeroWidth(TextStage):
-    """Test stand-in for the invisible_chars stage: removes U+200B, counts by code point."""
-
-    codes = {"zero_width": Action.FIX}
-
-    def transform(self, texts: pa.Array) -> TextResult:
-        hit = pc.fill_null(pc.match_substring(texts, "\u200b"), False)
-        out = pc.replace_substring(texts, "\u200b", "")
-        f = Findings("strip_zero_width")
-        idx = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
-        f.add(idx, "zero_width", self.action_of("zero_width"), detail="U+200B",
-              before=texts.take(idx), after=out.take(idx))
-        n = pc.sum(pc.subtract(pc.utf8_length(texts), pc.utf8_length(out))).as_py() or 0
-        return TextResult(out, f, {"codepoints": {"U+200B": n}} if n else {})
+def _t0_frame(folder) -> pl.DataFrame:
+    return pl.concat([pl.read_ndjson(p) for p in sorted(folder.glob("*.jsonl"))
+                      if p.stat().st_size], how="diagonal_relaxed")
 
 
-class EmptyCompletion(BatchStage):
-    """Test stand-in for the trainable-token guard: a completion that is only the EOS
-    literal (or nothing) has no trainable tokens."""
-
-    codes = {"no_trainable_tokens": Action.DROP}
-
-    def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
-        c = batch.column("completion")
-        empty = pc.equal(pc.utf8_trim_whitespace(pc.replace_substring(c, EOS, "")), "")
-        f = Findings("empty_completion")
-        f.add(pc.fill_null(empty, True), "no_trainable_tokens",
-              self.action_of("no_trainable_tokens"), field="completion")
-        return BatchResult(None, f)
+def _expected_empty(df: pl.DataFrame) -> int:
+    """Completions that are nothing but the ``<|endoftext|>`` literal."""
+    return int(df.select((pl.col("completion").str.replace_all(EOS, "", literal=True) == "")
+                         .sum()).item())
 
 
-StripZeroWidth.name = "strip_zero_width"
-EmptyCompletion.name = "empty_completion"
-
-
-def _expected_empty(folder) -> int:
-    df = pl.concat([pl.read_ndjson(p) for p in sorted(folder.glob("*.jsonl"))
-                    if p.stat().st_size], how="diagonal_relaxed")
-    return int(df.select((pl.col("completion").str.replace_all(EOS, "", literal=True)
-                          .str.strip_chars() == "").sum()).item())
+def _count(df: pl.DataFrame, char: str) -> int:
+    """Occurrences of ``char`` in the prompts and completions."""
+    return int(df.select(pl.sum_horizontal(pl.col(c).str.count_matches(char, literal=True)
+                                           .sum() for c in ("prompt", "completion"))).item())
 
 
 @pytest.fixture(scope="module")
-def t0_run(tmp_path_factory):
+def t0_run(tmp_path_factory, shared_data):
     folder = realdata("sft_self_instruct_t0_50k", "data_per_template")
     out = tmp_path_factory.mktemp("t0") / "out"
-    pipe = Pipeline(stages=[StripZeroWidth(), EmptyCompletion()], fields=["prompt", "completion"])
+    stages = [InvisibleChars(), *t0_guard_stages(realdata("tokenizers", "qwen3"))]
+    pipe = Pipeline(stages=stages, fields=["prompt", "completion"])
     pipe.spec.gate = GateConfig(max_dropped_fraction=0.05, never=["no_trainable_tokens"],
-                                max_reason_count={"strip_zero_width/zero_width": 10_000},
+                                max_reason_count={"invisible_chars/bidi_control": 10_000},
                                 min_rows_out=50_000)
     report = pipe.run(folder, out, workers=1)
-    return folder, out, report
+    return _t0_frame(folder), out, report
 
 
+@pytest.mark.realdata
 def test_real_run_report_validates_and_matches_the_data(t0_run) -> None:
-    folder, out, report = t0_run
+    df, out, report = t0_run
     validate(report)
     assert load_report(out / "report.json") == json.loads(json.dumps(report))
-    empty = _expected_empty(folder)
+    empty = _expected_empty(df)
     assert empty > 1000  # PROVENANCE: ~1,400 completions empty once <|endoftext|> is removed
     reasons = {(r["stage"], r["code"]): r for r in report["reasons"]}
-    assert reasons[("empty_completion", "no_trainable_tokens")]["rows"] == empty
+    assert reasons[("trainable_tokens", "no_trainable_tokens")]["rows"] == empty
     assert report["totals"]["quarantined"] == empty
     assert report["totals"]["read"] == 55185
 
 
+@pytest.mark.realdata
 def test_real_run_verdict_and_junit(t0_run) -> None:
     _, out, report = t0_run
     v = report["verdict"]
@@ -109,26 +81,33 @@ def test_real_run_verdict_and_junit(t0_run) -> None:
     assert cases == by_name
 
 
+@pytest.mark.realdata
 def test_real_run_renders(t0_run) -> None:
-    _, out, report = t0_run
+    df, out, report = t0_run
     md = (out / "report.md").read_text("utf-8")
     assert "❌ gate FAILED" in md and "no\\_trainable\\_tokens" in md
     page = (out / "report.html").read_text("utf-8")
     assert 'aria-label="Characters per row"' in page
-    if any(s["metrics"].get("codepoints") for s in report["stages"]):
-        assert "U+200B ZERO WIDTH SPACE" in page
+    # t0 holds left-to-right marks (no zero-width space): counted in the data directly
+    lrm = _count(df, "\u200e")
+    assert lrm > 0 and _count(df, "\u200b") == 0
+    (inv,) = [s for s in report["stages"] if s["name"] == "invisible_chars"]
+    assert inv["metrics"]["codepoints"]["U+200E"] == lrm
+    assert "U+200E LEFT-TO-RIGHT MARK" in page and "U+200B" not in page
 
 
 def test_small_fixture_run_with_invisible_characters(tmp_path) -> None:
     table = pa.table({"prompt": ["hi\u200b there", "a", "b", "c"],
-                      "completion": ["ok" + EOS, EOS, "fine\u200b\u200b", "yes"]})
-    pipe = Pipeline(stages=[StripZeroWidth(), EmptyCompletion()], fields=["prompt", "completion"])
+                      "completion": ["ok", "", "fine\u200b\u200b", "yes"]})
+    trainable = TrainableTokens(tokenizer=str(SAMPLE_TOKENIZER), template="{prompt}{completion}",
+                                response_field="completion")
+    pipe = Pipeline(stages=[InvisibleChars(), trainable], fields=["prompt", "completion"])
     pipe.spec.gate = GateConfig(max_reason_count={"zero_width": 1})
     report = pipe.run(table, None, workers=1, report_dir=tmp_path)
     validate(report)
     assert report["totals"] == {"read": 4, "kept": 3, "quarantined": 1, "changed": 2,
                                 "flagged": 0, "failed": 0}
-    (zw,) = [s for s in report["stages"] if s["name"] == "strip_zero_width"]
+    (zw,) = [s for s in report["stages"] if s["name"] == "invisible_chars"]
     assert zw["metrics"]["codepoints"] == {"U+200B": 3}
     assert report["verdict"]["exit_code"] == 1  # zero_width hit 2 rows > 1
     page = (tmp_path / "report.html").read_text("utf-8")
@@ -136,7 +115,6 @@ def test_small_fixture_run_with_invisible_characters(tmp_path) -> None:
 
 
 def test_dedup_stage_report_validates_and_renders_its_clusters(tmp_path) -> None:
-    pytest.importorskip("cleanpipe.stages.exact_dedup", reason="exact_dedup not merged yet")
     texts = ["same text"] * 3 + ["other"] * 2 + [f"unique {i}" for i in range(5)]
     pipe = Pipeline(stages=[{"stage": "exact_dedup"}], fields=["text"])
     pipe.spec.gate = GateConfig(max_reason_count={"exact_duplicate": 2})

@@ -86,6 +86,7 @@ def test_markdown_without_gate_and_read_only() -> None:
     assert "no gate configured" in md and "Read-only run" in md and "### Gate" not in md
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("source", ["handmade", "blns"])
 def test_markdown_escapes_hostile_data(source: str) -> None:
     strings = HANDMADE if source == "handmade" else blns_strings()
@@ -188,6 +189,7 @@ def test_html_without_optional_sections() -> None:
     assert "<svg" not in page and "No check fired." in page
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("source", ["handmade", "blns"])
 def test_html_escapes_hostile_data(source: str) -> None:
     strings = HANDMADE if source == "handmade" else blns_strings()

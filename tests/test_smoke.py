@@ -12,7 +12,7 @@ from cleanpipe import Pipeline
 from cleanpipe.cli import main
 from cleanpipe.commands.smoke import Tok, build_sequences, load_tokenizer, run_smoke
 from tests.conftest import realdata
-from tests.test_report_pipeline import EmptyCompletion
+from tests.guard_data import t0_guard_stages
 
 torch = pytest.importorskip("torch", reason="cleanpipe smoke needs torch (extra 'smoke')")
 pytest.importorskip("transformers", reason="cleanpipe smoke needs transformers (extra 'smoke')")
@@ -61,6 +61,7 @@ def test_out_of_range_ids_fail_before_the_model_sees_them() -> None:
     assert len(r.steps) == 1 and r.steps[0]["rows"] == 1  # the rest still trained
 
 
+@pytest.mark.realdata
 def test_bert_tokenizer_padding_is_switched_off() -> None:
     tok = load_tokenizer(realdata("tokenizers", "bert-minilm"))
     assert tok.pad_id == tok.tokenizer.token_to_id("[PAD]")
@@ -68,12 +69,11 @@ def test_bert_tokenizer_padding_is_switched_off() -> None:
 
 
 @pytest.fixture(scope="module")
-def t0_clean(tmp_path_factory):
+def t0_clean(tmp_path_factory, shared_data):
     folder = realdata("sft_self_instruct_t0_50k", "data_per_template")
     out = tmp_path_factory.mktemp("t0clean") / "out"
-    # stand-in for the trainable-tokens guard until it lands on main
-    Pipeline(stages=[EmptyCompletion()], fields=["prompt", "completion"]).run(
-        folder, str(out), workers=1)
+    Pipeline(stages=t0_guard_stages(realdata("tokenizers", "qwen3")),
+             fields=["prompt", "completion"]).run(folder, str(out), workers=1)
     return folder, out
 
 
@@ -84,6 +84,7 @@ def _smoke(path, tmp_path, name):
     return code, json.loads(report.read_text("utf-8"))
 
 
+@pytest.mark.realdata
 def test_smoke_fails_on_raw_t0(t0_clean, tmp_path) -> None:
     folder, _ = t0_clean
     code, result = _smoke(folder, tmp_path, "raw")
@@ -100,6 +101,7 @@ def test_smoke_fails_on_raw_t0(t0_clean, tmp_path) -> None:
         assert completion.replace(EOS, "").strip() == ""
 
 
+@pytest.mark.realdata
 def test_smoke_passes_on_cleaned_t0(t0_clean, tmp_path) -> None:
     _, out = t0_clean
     code, result = _smoke(out, tmp_path, "clean")
@@ -108,6 +110,7 @@ def test_smoke_passes_on_cleaned_t0(t0_clean, tmp_path) -> None:
     assert all(s["trainable_tokens"] > 0 for s in result["steps"])
 
 
+@pytest.mark.realdata
 def test_smoke_exit_codes(tmp_path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n", "utf-8")
@@ -118,6 +121,7 @@ def test_smoke_exit_codes(tmp_path) -> None:
     assert main(["smoke", str(tmp_path / "missing"), "--tokenizer", str(tok)]) == 3
 
 
+@pytest.mark.realdata
 def test_tokenizer_from_the_pipeline(tmp_path) -> None:
     tok = realdata("tokenizers", "qwen3")
     data = tmp_path / "d.jsonl"
@@ -128,3 +132,38 @@ def test_tokenizer_from_the_pipeline(tmp_path) -> None:
     (tmp_path / "none.yaml").write_text("stages: []\n", "utf-8")
     assert main(["smoke", str(data), "--pipeline", str(tmp_path / "none.yaml")]) == 2
     assert main(["smoke", str(data)]) == 2
+
+
+def _cleaned_chat(tmp_path, data) -> str:
+    out = tmp_path / "cleaned"
+    assert main(["run", "cleanpipe/pipelines/sft_chat.yaml", "-i", str(data), "-o", str(out),
+                 "-q", "--no-progress"]) in (0, 1)
+    return str(out)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("source", [("sft_medicalgpt_zh", "sharegpt_zh_1K_format.jsonl"),
+                                    ("sft_llamafactory_demos", "v1_sft_demo.jsonl")])
+def test_smoke_passes_on_cleaned_chat(tmp_path, source) -> None:
+    """ShareGPT and OpenAI-style chat, cleaned by the shipped chat pipeline, rendered with
+    Qwen3's chat template: every step trains on the assistant turns."""
+    out = _cleaned_chat(tmp_path, realdata(*source))
+    report = tmp_path / "smoke.json"
+    code = main(["smoke", out, "--tokenizer", str(realdata("tokenizers", "qwen3")), "-n", "32",
+                 "--max-length", "512", "--report", str(report)])
+    result = json.loads(report.read_text("utf-8"))
+    assert code == 0 and result["passed"] and result["bad_rows"] == []
+    assert len(result["steps"]) == 4 and all(s["trainable_tokens"] > 0 for s in result["steps"])
+
+
+def test_chat_labels_are_the_assistant_turns() -> None:
+    from cleanpipe.cli import SAMPLE_DIR
+    from cleanpipe.commands.smoke import _tokenize
+
+    tok = load_tokenizer(SAMPLE_DIR / "tokenizer")
+    table = pa.table({"messages": [[{"role": "user", "content": "hello there"},
+                                    {"role": "assistant", "content": "hi friend"}]]})
+    ids, labels = _tokenize(table, tok, None, None, False)
+    trained = tok.tokenizer.decode([t for t in labels[0] if t != -100])
+    assert trained.strip() == "hi friend"
+    assert len(ids[0]) == len(labels[0]) > len([t for t in labels[0] if t != -100])

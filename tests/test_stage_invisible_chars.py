@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from cleanpipe.stages.invisible_chars import InvisibleChars
 from tests._text_corpora import folder_strings
@@ -53,6 +54,7 @@ def test_flag_action_keeps_text() -> None:
     assert res.findings.codes() == {"zero_width": 1, "bidi_control": 1}
 
 
+@pytest.mark.realdata
 def test_t0_zero_width_rows_cleaned() -> None:
     strings = folder_strings(realdata("sft_self_instruct_t0_50k", "data_per_template"), every=3)
     stage = InvisibleChars()

@@ -33,6 +33,7 @@ def test_needs_tokens() -> None:
         SpecialTokens()
 
 
+@pytest.mark.realdata
 def test_qwen3_tokens() -> None:
     path = realdata("tokenizers", "qwen3")
     toks = tokenizer_tokens(path)
@@ -40,6 +41,7 @@ def test_qwen3_tokens() -> None:
     assert "<think>" in tokenizer_tokens(path, include="all")
 
 
+@pytest.mark.realdata
 def test_t0_endoftext_in_every_completion() -> None:
     tok = realdata("tokenizers", "qwen3")
     folder = realdata("sft_self_instruct_t0_50k", "data_per_template")

@@ -15,7 +15,8 @@ from tests.conftest import realdata
 
 CONFIGS = {
     "cleanpipe_default": {},
-    "ftfy_default": {"fix_character_width": True, "uncurl_quotes": True},
+    "ftfy_default": {"fix_character_width": True, "uncurl_quotes": True,
+                     "fix_line_breaks": True, "remove_control_chars": True},
     "nfkc_no_html": {"normalization": "NFKC", "unescape_html": False},
 }
 
@@ -32,7 +33,9 @@ def assert_exact(strings: list[str], **params) -> None:
 def test_fixture_exact_and_explained() -> None:
     texts = ["plain ascii", "caf&eacute; &amp; co", "sÃ³lo", "a\r\nb\rc", "ﬁne",
              "\x1b[31mred\x1b[0m", "“中文”，（全角）", None, "", "e\u0301"]
-    stage = UnicodeFix()
+    # line breaks are control_chars' business by default (it runs after this stage)
+    assert UnicodeFix()(texts[3]) == texts[3]
+    stage = UnicodeFix(fix_line_breaks=True)
     res = stage.transform(pa.array(texts, pa.large_string()))
     out = res.texts.to_pylist()
     cfg = stage.ftfy_config()
@@ -52,13 +55,14 @@ def test_repeats_ftfy_where_its_own_output_is_not_stable() -> None:
     # ftfy works per line: fixing the CR makes a new line without the "<" that switched
     # entity decoding off, so a second fix_text would decode "&ap;". One stage pass does both.
     text = "&ap;\r<|endoftext|>"
-    cfg = UnicodeFix().ftfy_config()
+    stage = UnicodeFix(fix_line_breaks=True)
+    cfg = stage.ftfy_config()
     once = ftfy.fix_text(text, cfg)
     assert once == "&ap;\n<|endoftext|>" and ftfy.fix_text(once, cfg) == "≈\n<|endoftext|>"
-    res = UnicodeFix().transform(pa.array([text, "a\rb"], pa.large_string()))
+    res = stage.transform(pa.array([text, "a\rb"], pa.large_string()))
     assert res.texts.to_pylist() == ["≈\n<|endoftext|>", "a\nb"]
     assert res.findings.codes() == {"fix_line_breaks": 2, "unescape_html": 1}
-    again = UnicodeFix().transform(res.texts)
+    again = stage.transform(res.texts)
     assert again.texts.to_pylist() == res.texts.to_pylist() and not again.findings.codes()
 
 
@@ -97,6 +101,7 @@ def test_normalization_inert_set_is_closed_under_concatenation() -> None:
     assert unicodedata.normalize("NFC", "é\u00e8中ض") == "é\u00e8中ض"
 
 
+@pytest.mark.realdata
 def test_ftfy_testcases_exact() -> None:
     folder = realdata("ftfy_testcases")
     strings = [folder.joinpath("face.txt").read_text(encoding="utf-8")]
@@ -107,6 +112,7 @@ def test_ftfy_testcases_exact() -> None:
         assert_exact(strings, **params)
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("folder", ["sft_llamafactory_demos", "sft_medicalgpt_zh"])
 def test_sft_sets_exact(folder: str) -> None:
     strings = folder_strings(realdata(folder))
@@ -114,18 +120,21 @@ def test_sft_sets_exact(folder: str) -> None:
     assert_exact(strings)
 
 
+@pytest.mark.realdata
 def test_tldr_subset_exact() -> None:
     path = realdata("corpus_tldr_pages", "tldr_pages.jsonl")
     lines = path.read_text(encoding="utf-8").splitlines()[::5]
     assert_exact([s for line in lines for s in strings_in(json.loads(line))])
 
 
+@pytest.mark.realdata
 def test_t0_subset_exact() -> None:
     strings = folder_strings(realdata("sft_self_instruct_t0_50k", "data_per_template"), every=12)
     assert len(strings) > 5000
     assert_exact(strings)
 
 
+@pytest.mark.realdata
 @pytest.mark.slow
 def test_full_corpora_exact() -> None:
     path = realdata("corpus_tldr_pages", "tldr_pages.jsonl")
@@ -139,6 +148,7 @@ def test_full_corpora_exact() -> None:
                      uncurl_quotes=True)
 
 
+@pytest.mark.realdata
 def test_alpaca_zh_default_untouched_but_ftfy_defaults_rewrite() -> None:
     records = json.loads(realdata("sft_llamafactory_demos", "alpaca_zh_demo.json").read_text(
         encoding="utf-8"))

@@ -7,10 +7,14 @@ import json
 import datasets
 import pytest
 
+from cleanpipe.stages.control_chars import ControlChars
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.invisible_chars import InvisibleChars
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from cleanpipe.stages.regex_filter import RegexFilter
+from cleanpipe.stages.special_tokens import SpecialTokens
+from cleanpipe.stages.unicode_fix import UnicodeFix
+from cleanpipe.stages.whitespace import Whitespace
 from cleanpipe.standalone import RowWouldBeDropped, WholeDatasetRequired
 from tests.conftest import realdata
 
@@ -29,6 +33,19 @@ def test_text_stage_in_map_with_and_without_batched() -> None:
     assert ds.map(InvisibleChars(), batched=True)["text"] == want
     assert ds.map(InvisibleChars())["text"] == want
     assert ds.map(InvisibleChars())["n"] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(("make", "text", "want"), [
+    (lambda: ControlChars(), "a\x00b\rc", "ab\nc"),
+    (lambda: UnicodeFix(), "caf&eacute;", "café"),
+    (lambda: Whitespace(action="fix"), " a\u00a0b ", "a b"),
+    (lambda: SpecialTokens(tokens=["<|endoftext|>"]), "done<|endoftext|>", "done"),
+], ids=["control_chars", "unicode_fix", "whitespace", "special_tokens"])
+def test_every_text_stage_in_map_with_and_without_batched(make, text: str, want: str) -> None:
+    ds = datasets.Dataset.from_dict({"text": [text, "plain"], "n": [1, 2]})
+    for batched in (True, False):
+        out = ds.map(make(), batched=batched)
+        assert out["text"] == [want, "plain"] and out["n"] == [1, 2], batched
 
 
 def test_unbatched_map_refuses_a_row_it_cannot_remove() -> None:

@@ -19,7 +19,8 @@ from tests.conftest import realdata
 
 STAGES = {
     "unicode_fix": UnicodeFix(),
-    "unicode_fix_ftfy_defaults": UnicodeFix(fix_character_width=True, uncurl_quotes=True),
+    "unicode_fix_ftfy_defaults": UnicodeFix(fix_character_width=True, uncurl_quotes=True,
+                                            fix_line_breaks=True, remove_control_chars=True),
     "invisible_chars": InvisibleChars(),
     "control_chars": ControlChars(),
     "whitespace": Whitespace(),
@@ -53,6 +54,7 @@ def test_arbitrary_unicode(name: str, texts: list[str]) -> None:
     check(STAGES[name], texts)
 
 
+@pytest.mark.realdata
 @pytest.mark.parametrize("name", sorted(STAGES))
 def test_blns(name: str) -> None:
     strings = json.loads(realdata("blns", "blns.json").read_text(encoding="utf-8"))

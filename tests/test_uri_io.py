@@ -30,7 +30,7 @@ from tests._robust_helpers import cli, write_pipeline
 from tests._s3_server import S3, s3_server, unique_prefix
 from tests.conftest import realdata
 
-PIPELINE = "stages:\n  - stage: whitespace\n  - stage: exact_dedup\n"
+PIPELINE = "stages:\n  - {stage: whitespace, action: fix}\n  - stage: exact_dedup\n"
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_s3_jsonl_in_parquet_out_same_as_local(s3: S3, tmp_path: Path, capsys) -
     corpus = _corpus(tmp_path / "corpus")
     prefix = unique_prefix("e2e")
     s3.upload(corpus, f"{prefix}/in")
-    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: whitespace},"
+    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: whitespace, action: fix},"
                           " {stage: exact_dedup}]")
     code, _, err = cli(capsys, "run", str(pipe), "-i", str(corpus), "-o",
                        str(tmp_path / "local"), "-q")
@@ -154,18 +154,26 @@ def test_s3_overwrite_semantics(s3: S3, tmp_path: Path, capsys) -> None:
     src.write_text('{"text": "a"}\n{"text": "b"}\n', encoding="utf-8")
     pipe = write_pipeline(tmp_path / "p.yaml")
     prefix = unique_prefix("ow")
-    s3.put(f"{prefix}/out/stale.txt", b"from an older run")
-    code, _, err = cli(capsys, "run", str(pipe), "-i", str(src), "-o", s3.uri(f"{prefix}/out"))
+    s3.put(f"{prefix}/out/stale.txt", b"not written by cleanpipe")
+    for extra in ((), ("--overwrite",)):  # a folder cleanpipe did not write is never replaced
+        code, _, err = cli(capsys, "run", str(pipe), "-i", str(src), "-o",
+                           s3.uri(f"{prefix}/out"), *extra)
+        assert code == 2
+        assert err.strip() == (f"cleanpipe: s3://cleanpipe-test/{prefix}/out: not replaced:"
+                               " it was not written by cleanpipe (no _cleanpipe.json; it holds"
+                               " stale.txt); choose another --output")
+        assert s3.keys(prefix) == [f"{prefix}/out/stale.txt"]  # refused before any work
+    new = s3.uri(f"{prefix}/new")
+    assert cli(capsys, "run", str(pipe), "-i", str(src), "-o", new, "-q")[0] == 0
+    code, _, err = cli(capsys, "run", str(pipe), "-i", str(src), "-o", new)
     assert code == 2
-    assert err.strip() == (f"cleanpipe: s3://cleanpipe-test/{prefix}/out: already exists;"
+    assert err.strip() == (f"cleanpipe: s3://cleanpipe-test/{prefix}/new: already exists;"
                            " pass --overwrite to replace it")
-    assert s3.keys(prefix) == [f"{prefix}/out/stale.txt"]  # refused before any work
-    code, _, err = cli(capsys, "run", str(pipe), "-i", str(src), "-o",
-                       s3.uri(f"{prefix}/out"), "--overwrite", "-q")
+    code, _, err = cli(capsys, "run", str(pipe), "-i", str(src), "-o", new, "--overwrite", "-q")
     assert code == 0, err
-    keys = s3.keys(prefix)
-    assert f"{prefix}/out/stale.txt" not in keys and f"{prefix}/out/_SUCCESS" in keys
-    assert f"{prefix}/out/data/train-00000-of-00001.parquet" in keys
+    keys = s3.keys(f"{prefix}/new")
+    assert f"{prefix}/new/_SUCCESS" in keys and f"{prefix}/new/_cleanpipe.json" in keys
+    assert f"{prefix}/new/data/train-00000-of-00001.parquet" in keys
 
 
 def test_s3_check_writes_reports_to_a_uri(s3: S3, tmp_path: Path, capsys) -> None:
@@ -181,6 +189,7 @@ def test_s3_check_writes_reports_to_a_uri(s3: S3, tmp_path: Path, capsys) -> Non
         assert json.loads(fh.readall())["totals"]["quarantined"] == 1
 
 
+@pytest.mark.realdata
 def test_s3_t0_shards_same_as_local(s3: S3, tmp_path: Path) -> None:
     src = realdata("sft_self_instruct_t0_50k", "data_per_template")
     names = ["trec_fine_grained_HUM.jsonl",  # an empty shard
@@ -194,7 +203,7 @@ def test_s3_t0_shards_same_as_local(s3: S3, tmp_path: Path) -> None:
     s3.upload(local_in, f"{prefix}/in")
 
     def make() -> Pipeline:
-        return Pipeline(stages=[Whitespace(), ExactDedup()], batch_size=512)
+        return Pipeline(stages=[Whitespace(action="fix"), ExactDedup()], batch_size=512)
 
     make().run(str(local_in), tmp_path / "local")
     report = make().run(s3.uri(f"{prefix}/in"), s3.uri(f"{prefix}/out"))
@@ -325,7 +334,7 @@ def test_credentials_in_uri_stay_out_of_report_and_errors(tmp_path: Path, capsys
 
 def test_file_uris_same_as_local_paths(tmp_path: Path, capsys) -> None:
     corpus = _corpus(tmp_path / "corpus")
-    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: whitespace},"
+    pipe = write_pipeline(tmp_path / "p.yaml", stages="[{stage: whitespace, action: fix},"
                           " {stage: exact_dedup}]")
     assert cli(capsys, "run", str(pipe), "-i", str(corpus), "-o", str(tmp_path / "plain"),
                "-q")[0] == 0
@@ -397,7 +406,7 @@ def test_uri_dir_writes_success_marker_last(tmp_path: Path) -> None:
     assert not staging.exists()
     moved = [p for op, p in rec.log if op == "mv"]
     assert sorted(Path(p).relative_to(target).as_posix() for p in moved) == [
-        "data/train-00000-of-00001.parquet", "report.json"]
+        "_cleanpipe.json", "data/train-00000-of-00001.parquet", "report.json"]
     assert rec.log[-1] == ("write", f"{target}/_SUCCESS")
     assert sorted(p.name for p in (tmp_path / "bucket").iterdir()) == ["out"]  # no tmp prefix
 
@@ -411,7 +420,8 @@ def test_uri_dir_without_move_copies(tmp_path: Path) -> None:
         _fill(staging)
         out.commit()
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()
-                  ) == ["_SUCCESS", "data/train-00000-of-00001.parquet", "report.json"]
+                  ) == ["_SUCCESS", "_cleanpipe.json", "data/train-00000-of-00001.parquet",
+                        "report.json"]
     assert sorted(p.name for p in (tmp_path / "bucket").iterdir()) == ["out"]
 
 
@@ -448,14 +458,12 @@ def test_uri_dir_error_during_run_uploads_nothing(tmp_path: Path) -> None:
 @pytest.mark.ray
 def test_ray_engine_reads_and_writes_s3(s3: S3, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray", reason="ray is not installed (the ray extra)")
-    from cleanpipe.engine.ray_engine import run_ray
-
     corpus = _corpus(tmp_path / "corpus")
     prefix = unique_prefix("ray")
     s3.upload(corpus, f"{prefix}/in")
 
     def make() -> Pipeline:
-        return Pipeline(stages=[Whitespace(), ExactDedup()], batch_size=2)
+        return Pipeline(stages=[Whitespace(action="fix"), ExactDedup()], batch_size=2)
 
     make().run(str(corpus), tmp_path / "local")
     # workers import cleanpipe from this checkout, as the driver does
@@ -463,7 +471,7 @@ def test_ray_engine_reads_and_writes_s3(s3: S3, tmp_path: Path) -> None:
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(repo)}})
     try:
-        run_ray(make(), s3.uri(f"{prefix}/in/"), s3.uri(f"{prefix}/out"))
+        make().run(s3.uri(f"{prefix}/in/"), s3.uri(f"{prefix}/out"), engine="ray")
     finally:
         ray.shutdown()
     _same_outputs(tmp_path / "local", s3.fs, f"cleanpipe-test/{prefix}/out")

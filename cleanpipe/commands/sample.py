@@ -127,6 +127,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if args.n <= 0:
         print("cleanpipe sample: -n must be positive", file=sys.stderr)
         return ExitCode.USAGE
+    if args.seed < 0:
+        print(f"cleanpipe sample: --seed {args.seed}: must be 0 or more", file=sys.stderr)
+        return ExitCode.USAGE
     if args.output and Path(args.output).suffix not in {".parquet", ".jsonl", ".json", ".ndjson"}:
         print(f"cleanpipe sample: {args.output}: use a .parquet or .jsonl file name",
               file=sys.stderr)

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.dedup import kernels
+from cleanpipe.dedup import kernels, part_kernels
 
 #: A candidate pair sharing this share of its bands, with at least SURE_MIN_BANDS of them,
 #: is merged without an exact Jaccard when its band estimate clears the threshold by
@@ -217,6 +217,17 @@ def verified_jaccard(shared: np.ndarray | None, bands: int, rows: int, threshold
     return jac
 
 
+def similarity(values: np.ndarray, off: np.ndarray, left: np.ndarray, right: np.ndarray,
+               at_least: float = 0.0, parts: bool = False) -> np.ndarray:
+    """Jaccard of each ``(left, right)`` pair of verification records: of their shingle
+    sets, or with ``parts`` of their responses
+    (:func:`cleanpipe.dedup.part_kernels.pair_similarity`, which also applies the prompts'
+    sentence test). With ``at_least`` > 0, -1 marks a pair that is no near duplicate at it."""
+    if parts:
+        return part_kernels.pair_similarity(values, off, left, right, at_least)
+    return kernels.pair_jaccard(values, off, left, right, at_least)
+
+
 def joined_sets(table: pa.Table, left_col: str, right_col: str) -> tuple[np.ndarray,
                                                                         np.ndarray]:
     """One ``(values, offsets)`` store for two set columns of the same rows: pair ``i`` is
@@ -229,10 +240,11 @@ def joined_sets(table: pa.Table, left_col: str, right_col: str) -> tuple[np.ndar
 
 
 def verify_pairs(pairs: pa.Table, bands: int, rows: int, threshold: float, first_ref: int,
-                 exact: bool) -> pa.Table:
+                 exact: bool, parts: bool = False) -> pa.Table:
     """Edges among candidate pairs carrying both sketches (``l_keys``, ``l_set``, ``r_keys``,
     ``r_set``): ``(left, right, jaccard)`` of the pairs that reach ``threshold`` (all pairs,
-    Jaccard NaN, when ``exact`` is false). Seqs from ``first_ref`` on are reference rows."""
+    Jaccard NaN, when ``exact`` is false). Seqs from ``first_ref`` on are reference rows.
+    ``parts``: the sets are part records, each pair is checked exactly part by part."""
     if pairs.num_rows == 0:
         return EDGES.empty_table()
     left = _one_chunk(pairs.column("left")).to_numpy()
@@ -246,10 +258,10 @@ def verify_pairs(pairs: pa.Table, bands: int, rows: int, threshold: float, first
     idx = np.arange(n, dtype=np.int64)
 
     def exact_fn(mask: np.ndarray) -> np.ndarray:
-        return kernels.pair_jaccard(values, off, idx[mask], idx[mask] + n, threshold)
+        return similarity(values, off, idx[mask], idx[mask] + n, threshold, parts)
 
-    jac = verified_jaccard(shared.astype(np.int64), bands, rows, threshold, right < first_ref,
-                           exact_fn)
+    jac = verified_jaccard(None if parts else shared.astype(np.int64), bands, rows,
+                           threshold, right < first_ref, exact_fn)
     ok = jac >= threshold
     return pa.table([pa.array(left[ok]), pa.array(right[ok]), pa.array(jac[ok])],
                     schema=EDGES)

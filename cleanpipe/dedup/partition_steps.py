@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from cleanpipe.dedup import bands, cluster, hashing, kernels, stars
+from cleanpipe.dedup import bands, cluster, hashing, stars
 
 Tables = dict[str, "pa.Table | None"]
 
@@ -95,12 +95,13 @@ def _empty_attached(prefixes: tuple[str, ...]) -> pa.Table:
 
 
 def verify_step(tables: Tables, n_bands: int, rows_per_band: int, threshold: float,
-                first_ref: int, exact: bool) -> pa.Table:
+                first_ref: int, exact: bool, by_parts: bool = False) -> pa.Table:
     pairs, sketches = tables.get("p"), tables.get("s")
     if pairs is None or sketches is None or pairs.num_rows == 0:
         return bands.EDGES.empty_table()
     both = bands.attach(pairs, "right", sketches, "r_")
-    return bands.verify_pairs(both, n_bands, rows_per_band, threshold, first_ref, exact)
+    return bands.verify_pairs(both, n_bands, rows_per_band, threshold, first_ref, exact,
+                              by_parts)
 
 
 def directed(edges: pa.Table) -> pa.Table:
@@ -142,7 +143,8 @@ def attach_leaf_step(tables: Tables) -> pa.Table:
     return bands.attach(e, "hi", sketches, "h_", LEAF_COLUMNS)
 
 
-def members_step(tables: Tables, keep: cluster.Keep, exact: bool) -> pa.Table:
+def members_step(tables: Tables, keep: cluster.Keep, exact: bool,
+                 by_parts: bool = False) -> pa.Table:
     """One row per member of each star centred in this partition: its cluster label (the
     smallest seq), the kept row ``rep``, its Jaccard to ``rep`` (NaN for ``rep`` itself or
     without exact verification), the cluster size and its rank among the non-kept members
@@ -159,12 +161,14 @@ def members_step(tables: Tables, keep: cluster.Keep, exact: bool) -> pa.Table:
     ]).combine_chunks()
     seq, label = _np(both, "seq"), _np(both, "label")
     both = both.take(pa.array(np.lexsort((seq, label))))
-    return _members(both, keep, exact)
+    return _members(both, keep, exact, by_parts)
 
 
-def _members(rows: pa.Table, keep: cluster.Keep, exact: bool) -> pa.Table:
+def _members(rows: pa.Table, keep: cluster.Keep, exact: bool,
+             parts: bool = False) -> pa.Table:
     """:data:`MEMBERS` of ``rows`` (``seq``, ``label``, ``length``, ``row_id``, ``snippet``
-    and, when ``exact``, ``set``), sorted by label then seq."""
+    and, when ``exact``, ``set``: part records with ``parts``), sorted by label then
+    seq."""
     seq, label, length = _np(rows, "seq"), _np(rows, "label"), _np(rows, "length")
     # positions follow seq inside each cluster, so choose_kept's ties go to the first row
     rep_pos = cluster.choose_kept(label, length, keep)
@@ -173,7 +177,7 @@ def _members(rows: pa.Table, keep: cluster.Keep, exact: bool) -> pa.Table:
     jac = np.full(seq.size, np.nan)
     if exact and other.any():
         values, off = bands.sets_of(rows, "set")
-        jac[other] = kernels.pair_jaccard(values, off, pos[other], rep_pos[other])
+        jac[other] = bands.similarity(values, off, pos[other], rep_pos[other], 0.0, parts)
     starts = np.ones(seq.size, dtype=bool)
     starts[1:] = label[1:] != label[:-1]
     group = np.cumsum(starts) - 1

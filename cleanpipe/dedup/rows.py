@@ -27,6 +27,41 @@ def lengths_and_snippets(texts: pa.Array, snippet_chars: int) -> tuple[np.ndarra
     return lengths, pc.utf8_slice_codeunits(texts, 0, snippet_chars).cast(pa.large_string())
 
 
+#: Separates a row's parts in its report text (a control character that text stages remove)
+PART_SEP = "\x1e"
+#: Characters of each part kept for the report: the first difference is looked for there
+TEXT_CAP = 8192
+
+
+def lengths_and_texts(parts: list[pa.Array], snippet_chars: int) -> tuple[np.ndarray,
+                                                                          pa.Array | None]:
+    r"""Characters per row, all parts together (for ``keep: longest``), and each row's
+    report text: its parts' first :data:`TEXT_CAP` characters joined by :data:`PART_SEP`
+    (``None`` with ``snippet_chars`` 0: the report then shows no text).
+
+        >>> n, t = lengths_and_texts([pa.array(["Q?"]), pa.array(["A."])], 80)
+        >>> n.tolist(), t.to_pylist()
+        ([4], ['Q?\x1eA.'])
+    """
+    lengths = sum(pc.utf8_length(t).to_numpy(zero_copy_only=False).astype(np.int64)
+                  for t in parts)
+    if snippet_chars <= 0:
+        return np.asarray(lengths, dtype=np.int64), None
+    cut = [pc.utf8_slice_codeunits(t, 0, TEXT_CAP).cast(pa.large_string()) for t in parts]
+    texts = cut[0] if len(cut) == 1 else pc.binary_join_element_wise(
+        *cut, pa.scalar(PART_SEP, pa.large_string()))
+    return np.asarray(lengths, dtype=np.int64), texts
+
+
+def snippet_of(text: str, chars: int) -> str:
+    r"""The first ``chars`` characters of a report text, parts on separate lines.
+
+        >>> snippet_of("Q?\x1eA.", 80)
+        'Q?\nA.'
+    """
+    return text.replace(PART_SEP, "\n")[:chars]
+
+
 _NAMES = pa.schema([("id", pa.large_string()), ("snippet", pa.large_string())])
 
 

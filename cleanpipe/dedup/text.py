@@ -41,24 +41,30 @@ def row_texts(ctx: BatchContext, fields: Sequence[str] | None, sep: str = FIELD_
     names = list(fields) if fields else list(ctx.text_fields)
     if not names:
         raise ValueError("no text fields: give `fields:` or declare the pipeline's text fields")
-    parts: list[pa.Array] = []
-    for name in names:
-        flat = ctx.texts(name)
-        values = pc.fill_null(_as_large(flat.values), "")
-        rows = flat.rows
-        if rows.size == n and (n == 0 or bool(np.all(rows == np.arange(n)))):
-            parts.append(values)
-            continue
-        # Nested (list) field: rows are non-decreasing, so the values already sit in row
-        # order and offsets from a bincount rebuild one list per row to join.
-        counts = np.bincount(rows, minlength=n) if rows.size else np.zeros(n, dtype=np.int64)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        lists = pa.LargeListArray.from_arrays(pa.array(offsets), values)
-        parts.append(pc.binary_join(lists, pa.scalar(sep, pa.large_string())))
+    parts = [join_by_row(ctx.texts(name).values, ctx.texts(name).rows, n, sep)
+             for name in names]
     if len(parts) == 1:
         return parts[0]
     return pc.binary_join_element_wise(*parts, pa.scalar(sep, pa.large_string()))
+
+
+def join_by_row(values: pa.Array, rows: np.ndarray, n: int, sep: str) -> pa.Array:
+    """One string per row of ``n``: the ``values`` of each row (``rows`` non-decreasing,
+    as a nested field flattens) joined by ``sep``; a row without values is ``""``.
+
+        >>> join_by_row(pa.array(["a", "b", "c"]), np.array([0, 0, 2]), 3, "|").to_pylist()
+        ['a|b', '', 'c']
+    """
+    values = pc.fill_null(_as_large(values), "")
+    if rows.size == n and (n == 0 or bool(np.all(rows == np.arange(n)))):
+        return values
+    # rows are non-decreasing, so the values already sit in row order and offsets from a
+    # bincount rebuild one list per row to join
+    counts = np.bincount(rows, minlength=n) if rows.size else np.zeros(n, dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), values)
+    return pc.binary_join(lists, pa.scalar(sep, pa.large_string()))
 
 
 def normalize(texts: pa.Array, *, lowercase: bool = True, unicode_form: UnicodeForm = "NFKC",

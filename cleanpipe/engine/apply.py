@@ -22,6 +22,7 @@ from cleanpipe.stages.base import (
     Action,
     BatchContext,
     BatchStage,
+    FindingChunk,
     Findings,
     GlobalStage,
     Stage,
@@ -133,7 +134,6 @@ def summarize(stage: Stage, findings: Findings, rows: Rows, n_in: int,
     st.failed = int(findings.positions(Action.FAIL).size)
     ev_rows, ev_code, ev_action, ev_field, ev_detail = [], [], [], [], []
     per_code_rows: dict[str, list[np.ndarray]] = {}
-    per_code_examples: dict[str, int] = {}
     ids = rows.row_ids
     for c in findings.chunks:
         entry = st.codes.setdefault(c.code, [c.action.value, 0, 0])
@@ -145,19 +145,17 @@ def summarize(stage: Stage, findings: Findings, rows: Rows, n_in: int,
         ev_field.append(np.full(c.positions.size, c.field, dtype=object))
         ev_detail.append(np.asarray(c.detail if c.detail is not None
                                     else [None] * c.positions.size, dtype=object))
-        have = per_code_examples.get(c.code, 0)
-        for j in range(min(MAX_EXAMPLES - have, c.positions.size)):
-            p = int(c.positions[j])
-            st.examples.append({
-                "stage": stage.name, "code": c.code, "action": c.action.value,
-                "row_id": ids[p].as_py(), "field": c.field,
-                "detail": _snippet(c.detail[j]) if c.detail is not None else None,
-                "before": (_snippet(c.before[j]) if c.before is not None else
-                           _row_text(rows.orig, p, [c.field] if c.field else
-                                     list(text_fields or []))),
-                "after": _snippet(c.after[j]) if c.after is not None else None,
-            })
-            per_code_examples[c.code] = have + j + 1
+    for c, j in _first_findings(findings):
+        p = int(c.positions[j])
+        st.examples.append({
+            "stage": stage.name, "code": c.code, "action": c.action.value,
+            "row_id": ids[p].as_py(), "field": c.field,
+            "detail": _snippet(c.detail[j]) if c.detail is not None else None,
+            "before": (_snippet(c.before[j]) if c.before is not None else
+                       _row_text(rows.orig, p, [c.field] if c.field else
+                                 list(text_fields or []))),
+            "after": _snippet(c.after[j]) if c.after is not None else None,
+        })
     for code, parts in per_code_rows.items():
         st.codes[code][2] = int(np.unique(np.concatenate(parts)).size)
     if ev_rows:
@@ -172,6 +170,19 @@ def summarize(stage: Stage, findings: Findings, rows: Rows, n_in: int,
             "detail": pa.array(np.concatenate(ev_detail), pa.string()),
         })
     return st
+
+
+def _first_findings(findings: Findings) -> list[tuple[FindingChunk, int]]:
+    """Each code's first :data:`MAX_EXAMPLES` findings in row order (ties: the order the stage
+    reported them), as ``(chunk, index)``: the report's examples then do not depend on where
+    the batches were cut, since batches come in row order too."""
+    by_code: dict[str, list[tuple[int, int, int]]] = {}
+    for ci, c in enumerate(findings.chunks):
+        first = np.argsort(c.positions, kind="stable")[:MAX_EXAMPLES]
+        by_code.setdefault(c.code, []).extend(
+            (int(c.positions[j]), ci, int(j)) for j in first)
+    return [(findings.chunks[ci], j) for hits in by_code.values()
+            for _, ci, j in sorted(hits)[:MAX_EXAMPLES]]
 
 
 def apply_findings(stage: Stage, rows: Rows, findings: Findings,

@@ -10,6 +10,10 @@ share those objects' pages copy-on-write instead of each building its own copy: 
 Qwen3 tokenizer is ~80 MB. A worker whose bytes match skips its own initialisation; one
 started from other bytes (a later pool of the same process) initialises as usual.
 
+The server is tied to the process that started it (``PR_SET_PDEATHSIG``, see
+:mod:`cleanpipe.engine.worker_death`), as the workers are to the server: killed with
+SIGKILL, a run leaves neither behind.
+
 Warm-up is best effort: an error here is ignored, and the workers meet it again in their
 own set-up, where it is reported the usual way. :func:`gc.freeze` keeps the collector
 from writing into every inherited object's header, which would copy the shared pages.
@@ -22,6 +26,7 @@ import hashlib
 import os
 import pickle
 
+from cleanpipe.engine.worker_death import die_with_parent
 from cleanpipe.engine.worker_start import WARM_ENV, run_warm_up
 
 _warmed: bytes | None = None
@@ -57,6 +62,9 @@ def _warm_from_env() -> None:
 # The fork server imports this module after every other preloaded one (the stages' modules
 # must be complete before their pickles load); the engine imports it only inside workers.
 if os.environ.get(WARM_ENV):
+    # the server's children (the workers) die with it, and it with the process that started
+    # it: its own exit waits for every worker to let go of its pipe, so it would not notice
+    die_with_parent(os.getppid())
     _warm_from_env()
     gc.collect()  # the warm-up's garbage would otherwise be frozen into every worker
     gc.freeze()

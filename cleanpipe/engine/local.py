@@ -12,6 +12,7 @@ from __future__ import annotations
 import pickle
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -34,15 +35,17 @@ from cleanpipe.engine.apply import (
     histogram_of,
 )
 from cleanpipe.engine.memory import release_free_memory, returning_pool, use_returning_pool
+from cleanpipe.engine.ordering import events_in_seq_order, quarantine_in_seq_order
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.fault_points import pause_point
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.io.filesystems import is_local, iter_blocks, read_bytes, reason
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
 from cleanpipe.io.schemas import check_fields_seen, with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
-from cleanpipe.spec import PipelineSpec
+from cleanpipe.spec import PipelineSpec, check_setting
 from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
 #: batches between two trims of the C heap (see memory.release_free_memory)
@@ -90,9 +93,12 @@ class RunState:
     read_fixes: dict[str, list[int]] = field(default_factory=dict)
     read_examples: list[dict[str, Any]] = field(default_factory=list)
     fingerprint: Any = field(default_factory=xxhash.xxh3_128)
+    revisions: dict[str, str] = field(default_factory=dict)  # Hub shard name -> revision
     text_fields: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     wall: float = 0.0
+    #: worker processes (or Ray actors) the run used
+    workers: int = 1
     input_schema: pa.Schema | None = None
 
 
@@ -224,6 +230,10 @@ def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray,
 def _fingerprint_shard(state: RunState, shard: Shard) -> None:
     h = state.fingerprint
     h.update(shard.name.encode())
+    if shard.revision is not None:  # a streamed Hub dataset: its commit names its content
+        state.revisions[shard.name] = shard.revision
+        h.update(shard.revision.encode())
+        return
     if shard.path is None:
         return
     if shard.prefetched is not None:
@@ -310,6 +320,8 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
                 rows.read_events = _read_fix_events(chunk, ids, seq, state)
             state.read += n
             progress.advance_rows(n)
+            if state.read > n:  # the second batch: the workers have the first
+                pause_point("read")
             yield rows
         base += top + 1
     if spec.fields and seen:
@@ -398,10 +410,13 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
         yield from head
         yield from rest
 
+    if workers is not None:  # the Python API's argument, bounded as --workers is
+        check_setting("workers", workers, "workers")
     n_workers = workers or spec.workers or default_workers()
     if state.input_bytes and state.input_bytes < SMALL_INPUT_BYTES and not (
             workers or spec.workers):
         n_workers = 1
+    state.workers = n_workers
     # The workers get the stages as configured, before any pass: they only run stateless
     # stages and global stages' prepare(), never a decision that needs finalize()'s state.
     initargs = (stages, segs, state.text_fields, flag_codes)
@@ -410,6 +425,13 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
     pool = WorkerPool(n_workers, _init_worker, initargs, preload=stage_modules(stages),
                       warm=partial(_warm_worker, _warm_sample(head)), release=_W.clear)
     with tempfile.TemporaryDirectory(prefix="cleanpipe-", dir=tmp_root) as spill_dir, pool:
+        # one entry per batch the previous global stage decided on, in batch order
+        pending: deque[Decided] = deque()
+
+        def merge(res: TaskResult, seg_i: int) -> None:
+            decided = pending.popleft() if seg_i else None
+            _merge(res, state, take_stats, on_quarantine, sinks.events, decided)
+
         for seg_i, seg in enumerate(segs):
             tasks = ((seg_i, r) for r in stream)
             results = pool.map(_segment_task, tasks)
@@ -417,12 +439,14 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
                 for n_res, res in enumerate(results, 1):
                     if n_res % _TRIM_EVERY == 0:
                         release_free_memory()
-                    _merge(res, state, take_stats, on_quarantine, sinks.events)
+                    merge(res, seg_i)
                     state.kept += res.rows.num_rows
                     if res.rows.num_rows:
                         if sinks.kept is not None:
                             sinks.kept(res.rows)
                         yield res.rows
+                    if n_res == 2:
+                        pause_point("midrun")
                 break
             g = stages[seg.closing]
             assert isinstance(g, GlobalStage)
@@ -432,7 +456,7 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
             for n_res, res in enumerate(results, 1):
                 if n_res % _TRIM_EVERY == 0:
                     release_free_memory()
-                _merge(res, state, take_stats, on_quarantine, sinks.events)
+                merge(res, seg_i)
                 if res.rows.num_rows:
                     ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
                     t0 = time.perf_counter()
@@ -445,8 +469,7 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
             release_free_memory()  # finalize's temporaries: often the largest of the run
             state.stage_stats[seg.closing].seconds += own + time.perf_counter() - t0
             progress.note(f"{g.name}: second pass")
-            stream = _decided(g, seg.closing, spill, state, take_stats, on_quarantine,
-                              flag_codes)
+            stream = _decided(g, seg.closing, spill, state, flag_codes, pending)
     state.wall = time.time() - state.started
     progress.close()
     return state
@@ -471,34 +494,44 @@ def stage_modules(stages: list[Stage]) -> list[str]:
     return list(dict.fromkeys(m for m in mods if m not in ("__main__", "__mp_main__")))
 
 
-def _decided(g: GlobalStage, idx: int, spill: Spill, state: RunState,
-             take_stats: Callable[[int, StageBatchStats], None],
-             on_quarantine: Callable[[QuarantineRows], None],
-             flag_codes: bool) -> Iterator[Rows]:
+def _decided(g: GlobalStage, idx: int, spill: Spill, state: RunState, flag_codes: bool,
+             pending: deque[Decided]) -> Iterator[Rows]:
+    """The second pass of ``g``: each batch's kept rows (even none), while its counters and
+    drops wait in ``pending`` to be merged with the same batch's next results."""
     for rows in spill.read():
         kept, q, st = apply_decide(g, rows, state.text_fields, flag_codes)
-        take_stats(idx, st)
-        if q is not None:
-            on_quarantine(q)
-        if kept.num_rows:
-            yield kept
+        pending.append((idx, st, q))
+        yield kept
+
+
+#: a global stage's second pass over one batch: (stage index, its counters, its drops)
+Decided = tuple[int, StageBatchStats, "QuarantineRows | None"]
 
 
 def _merge(res: TaskResult, state: RunState, take_stats: Callable[[int, StageBatchStats], None],
            on_quarantine: Callable[[QuarantineRows], None],
-           on_events: Callable[[pa.Table], None] | None = None) -> None:
+           on_events: Callable[[pa.Table], None] | None = None,
+           decided: Decided | None = None) -> None:
+    """Count one batch's results and hand its quarantined rows and events on, each in
+    ``seq`` order (:mod:`cleanpipe.engine.ordering`): the reader's unreadable records of a
+    file first (they ride on its first batch), then ``decided`` (the previous global stage's
+    decisions on these rows) and the stages' results together."""
     if res.rows.unreadable is not None:
         on_quarantine(res.rows.unreadable)
         res.rows.unreadable = None
-    if res.rows.read_events is not None:
-        if on_events is not None:
-            on_events(res.rows.read_events)
-        res.rows.read_events = None
     if res.hist_before is not None:
         state.hist_before += np.asarray(res.hist_before, np.int64)
     if res.hist_after is not None:
         state.hist_after += np.asarray(res.hist_after, np.int64)
-    for i, st in res.stats:
+    stats = ([(decided[0], decided[1])] if decided is not None else []) + list(res.stats)
+    events = [res.rows.read_events] + [st.events for _, st in stats]
+    res.rows.read_events = None
+    for i, st in stats:
+        st.events = None  # handed on below, in seq order
         take_stats(i, st)
-    for q in res.quarantine:
+    merged = events_in_seq_order(events)
+    if merged is not None and on_events is not None:
+        on_events(merged)
+    drops = ([decided[2]] if decided is not None else []) + list(res.quarantine)
+    for q in quarantine_in_seq_order(drops):
         on_quarantine(q)

@@ -25,6 +25,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
 
+from cleanpipe.engine.worker_death import die_with_parent
 from cleanpipe.engine.worker_start import WorkerStart, can_fork_here, run_warm_up, worker_context
 
 T = TypeVar("T")
@@ -75,7 +76,8 @@ class WorkerPool:
             else:
                 self._start = worker_context(self._preload, frozen)
                 self._ex = ProcessPoolExecutor(self.workers, mp_context=self._start.context,
-                                               initializer=_init_from, initargs=(frozen,))
+                                               initializer=_init_from,
+                                               initargs=(frozen, self._start.parent_pid))
         return self
 
     def _fork_here(self, frozen: bytes) -> ProcessPoolExecutor:
@@ -90,7 +92,8 @@ class WorkerPool:
                 run_warm_up(warm)
             except Exception:  # best effort: a worker meets the error again and reports it
                 pass
-        ex = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"))
+        ex = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"),
+                                 initializer=die_with_parent, initargs=(os.getpid(),))
         # With fork, the executor starts every worker at the first submit: do it now, while
         # this process has no other thread and the collector leaves inherited objects alone.
         gc.collect()
@@ -141,7 +144,8 @@ class WorkerPool:
                 f.cancel()
 
 
-def _init_from(frozen: bytes) -> None:
+def _init_from(frozen: bytes, parent: int) -> None:
+    die_with_parent(parent)
     # imported here, not at the top: in the fork server it must come last (it runs the warm-up)
     from cleanpipe.engine import fork_server
 

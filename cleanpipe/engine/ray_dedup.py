@@ -306,9 +306,12 @@ class RayMinHash(RayGrouping):
         self.stage = stage
         self.without_shingles = 0
         self.shingles = 0
+        #: whether the rows are compared part by part (None before the first batch)
+        self.by_parts: bool | None = None
         self.bytes = {"index": 0, "sets": 0, "names": 0}
 
     def observe(self, prepared: Any, rows: Rows) -> None:
+        self.by_parts = self.stage.compared(prepared, self.by_parts)
         table = self.stage.sketch_rows(prepared, rows.seq, rows.row_ids)
         self._put(table)
         self.rows += table.num_rows
@@ -323,7 +326,7 @@ class RayMinHash(RayGrouping):
         # offsets per reference batch, as the in-memory path numbers them
         offsets = []
         start = first_ref
-        for name, sk in self.stage._reference_sketches():
+        for name, sk in self.stage.reference_sketches(self.by_parts):
             n = sk.valid.size
             offsets.append((start, name))
             self._put(self.stage.sketch_rows(sk, np.arange(start, start + n, dtype=np.int64)))
@@ -359,7 +362,8 @@ class RayMinHash(RayGrouping):
         edges = co_group([("p", with_left, "right"), ("s", for_pairs, "seq")],
                          partition_steps.verify_step, parts, n_bands=n_bands,
                          rows_per_band=rows_per_band, threshold=g.threshold,
-                         first_ref=first_ref, exact=exact).materialize()
+                         first_ref=first_ref, exact=exact,
+                         by_parts=bool(self.by_parts)).materialize()
         stats.update(candidate_pairs=candidates, edges=edges.count(), s_verify=_lap())
         train = edges.map_batches(training_edges, fn_kwargs={"first_ref": first_ref},
                                   batch_format="pyarrow")
@@ -369,7 +373,7 @@ class RayMinHash(RayGrouping):
                           partition_steps.attach_leaf_step, parts)
         members = co_group([("e", leaves, "lo"), ("s", for_members, "seq")],
                            partition_steps.members_step, parts, keep=g.keep,
-                           exact=exact).materialize()
+                           exact=exact, by_parts=bool(self.by_parts)).materialize()
         if offsets:
             cross = edges.map_batches(reference_edges, fn_kwargs={"first_ref": first_ref},
                                       batch_format="pyarrow")
@@ -383,11 +387,13 @@ class RayMinHash(RayGrouping):
         sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)
         largest = [cluster_entry(int(rows[0]["size"]), [_name(r) for r in rows],
                                  [r["snippet"] or "" for r in rows],
-                                 np.array([r["jaccard"] for r in rows], dtype=np.float64))
+                                 np.array([r["jaccard"] for r in rows], dtype=np.float64),
+                                 g.snippet_chars)
                    for rows in self._shown(top, shown)]
         self._report(sizes, largest, candidates, contam.count(), [
             contamination_example(_name(r), reference_name(offsets, r["ref"]), r["jaccard"],
-                                  r["snippet"] or "") for r in examples.to_pylist()],
+                                  r["snippet"] or "", g.snippet_chars)
+            for r in examples.to_pylist()],
             offsets)
         stats["s_report"] = _lap()
         RUNS.append(stats)
@@ -406,7 +412,8 @@ class RayMinHash(RayGrouping):
             memory={"index_bytes_per_row": round(self.bytes["index"] / n, 1),
                     "verify_store_bytes_per_row": round(self.bytes["sets"] / n, 1),
                     "names_and_snippets_bytes_per_row": round(self.bytes["names"] / n, 1),
-                    "where": "Ray object store (sketch rows), not the driver"})
+                    "where": "Ray object store (sketch rows), not the driver"},
+            by_parts=bool(self.by_parts))
         # decide() gets its rows' decisions with each chunk: no per-row state to ship
         g._book = None
         g._parts = []

@@ -217,6 +217,7 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
     flag_codes = spec.output.flag_column is not None
     n_actors = max(1, int(workers or spec.workers or ray.available_resources().get("CPU", 1)))
     parts = partitions or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+    state.workers = n_actors
 
     def on_quarantine(q: QuarantineRows) -> None:
         state.quarantined += len(q.row_ids)
@@ -255,13 +256,12 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
         t_obs = 0.0
         for _, (decided, res) in results:
             res: TaskResult
+            carried = None
             if decided is not None:
-                st, q = decided
                 assert decide_idx is not None
-                take_stats(decide_idx, st)
-                if q is not None:
-                    on_quarantine(q)
-            local._merge(res, state, take_stats, on_quarantine, sinks.events)
+                carried = (decide_idx, *decided)
+            # merged with this batch's results, in seq order, as the local engine does
+            local._merge(res, state, take_stats, on_quarantine, sinks.events, carried)
             if not res.rows.num_rows:
                 continue
             if g is None:
@@ -319,14 +319,3 @@ def _run_segment(chunks: Any, stages: list[Stage], seg_i: int,
     )
     return _in_order(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
 
-
-def run_ray(pipe: Any, input: Any, output: str | Path | None, *, overwrite: bool = False,
-            address: str | None = None, workers: int | None = None,
-            progress: bool = False) -> dict[str, Any]:
-    """``Pipeline.run`` on Ray: same outputs, same report dict."""
-
-    def executor(spec: PipelineSpec, source: Any, sinks: Sinks, **kw: Any) -> Iterator[Rows]:
-        return execute_ray(spec, source, sinks, address=address, **kw)
-
-    return pipe.run(input, output, overwrite=overwrite, workers=workers, progress=progress,
-                    executor=executor)

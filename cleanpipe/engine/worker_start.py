@@ -81,6 +81,11 @@ class WorkerStart:
     #: the fork server was started for this pool: stop it when the pool is done, so it
     #: does not keep the stages' resources (hundreds of MB) alive after the run
     owns_server: bool = False
+    #: the workers' parent: the fork server, or this process when they are spawned
+    parent_pid: int = 0
+
+    def __post_init__(self) -> None:
+        self.parent_pid = self.parent_pid or os.getpid()
 
     def close(self) -> None:
         if self.warm_file is not None:
@@ -142,4 +147,6 @@ def worker_context(preload: Sequence[str] = (), warm: bytes | None = None) -> Wo
             os.environ[WARM_ENV] = before
     pid_after = getattr(_server(), "_forkserver_pid", None)
     start.owns_server = pid_after is not None and pid_after != pid_before
+    if pid_after is not None:
+        start.parent_pid = pid_after
     return start

@@ -18,7 +18,7 @@ does not carry over. :class:`UriDir` keeps its promise another way:
     ...     out.commit()
     >>> sorted(i.base_name for i in pafs.LocalFileSystem().get_file_info(
     ...     pafs.FileSelector(f"{root}/out")))
-    ['_SUCCESS', 'report.json']
+    ['_SUCCESS', '_cleanpipe.json', 'report.json']
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from cleanpipe.io.filesystems import (
     shown_uri,
     sorted_files,
 )
+from cleanpipe.io.output_guard import MANIFEST, foreign, refuse_foreign, write_manifest
 from cleanpipe.io.writers import AtomicDir, OutputError
 
 SUCCESS = "_SUCCESS"
@@ -82,10 +83,33 @@ class UriDir:
             raise self._fail("cannot access the output location", e) from e
         if info.type == pafs.FileType.File:
             raise OutputError(f"{self.shown}: exists and is not a directory")
-        if info.type == pafs.FileType.Directory and not self.overwrite:
-            raise OutputError(f"{self.shown}: already exists; pass --overwrite to replace it")
+        if info.type == pafs.FileType.Directory:
+            self._check_replaceable()
+            if not self.overwrite:
+                raise OutputError(f"{self.shown}: already exists; pass --overwrite to"
+                                  " replace it")
         if bucket.type == pafs.FileType.NotFound:
             raise OutputError(f"{self.shown}: the bucket does not exist; create it first")
+
+    def _check_replaceable(self) -> None:
+        """Refuse a remote folder holding files cleanpipe did not write (the same rule as a
+        local output: :mod:`cleanpipe.io.output_guard`)."""
+        try:
+            listing = [i.path[len(self.target):].lstrip("/")
+                       for i in sorted_files(self.fs, self.target)]
+        except OSError as e:
+            raise self._fail("cannot list the existing output", e) from e
+
+        def read(rel: str) -> str | None:
+            if rel not in listing:
+                return None
+            try:
+                with self.fs.open_input_stream(f"{self.target}/{rel}") as fh:
+                    return fh.read().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                return None
+
+        refuse_foreign(foreign(listing, read), read(MANIFEST) is not None, self.shown)
 
     def __enter__(self) -> Path:
         self.check()
@@ -94,6 +118,7 @@ class UriDir:
 
     def commit(self) -> None:
         assert self.tmp is not None, "commit() outside `with`"
+        write_manifest(self.tmp, also=[SUCCESS])
         try:
             if not is_object_store(self.fs):  # object stores have no folders to create
                 self.fs.create_dir(self.remote_tmp, recursive=True)
@@ -108,6 +133,7 @@ class UriDir:
                 if not self.overwrite:  # appeared while we ran: do not clobber it
                     raise OutputError(f"{self.shown}: appeared during the run; pass"
                                       " --overwrite to replace it")
+                self._check_replaceable()  # files added meanwhile stay the user's
                 # the marker goes first, so no reader takes a half-deleted folder for done
                 _delete_if_present(self.fs, f"{self.target}/{SUCCESS}")
                 self.fs.delete_dir(self.target)

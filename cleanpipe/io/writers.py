@@ -8,14 +8,17 @@ Layout of an output directory::
       events.parquet                       every change/drop/flag: row id, stage, code, detail
       report.json, report.md, ...
       README.md                            dataset card, so datasets.load_dataset(OUT) works
-      _SUCCESS                             written last: a folder without it is not complete
+      _SUCCESS                             a folder without it is not complete
+      _cleanpipe.json                      written last: says cleanpipe wrote the folder and
+                                           lists its files (what ``--overwrite`` may replace)
 
-Everything is written into a hidden sibling ``.OUT.tmp-<pid>`` and renamed into place at the
-end, so a run killed midway leaves nothing that looks complete.
+Everything is written into a hidden sibling ``.OUT.tmp-<pid>-<tag>`` and swapped into place
+at the end, so a run killed midway leaves nothing that looks complete.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -28,7 +31,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cleanpipe.fault_points import pause_point
+from cleanpipe.io.output_guard import (
+    MANIFEST,
+    check_replaceable,
+    foreign_files,
+    is_cleanpipe_folder,
+    manifest_text,
+    write_manifest,
+)
 from cleanpipe.io.row_bytes import row_bytes
+from cleanpipe.io.run_lock import OutputLock
 from cleanpipe.io.schemas import cast_batch, unify_schemas
 
 OUTPUT_FORMATS = ("parquet", "jsonl", "hf")
@@ -152,7 +165,8 @@ class PartWriter:
     def _flush(self, final: bool) -> None:
         assert self._writer is not None and self._pending is not None
         for group in self._pending.full(final):
-            self._writer.write_table(group, row_group_size=group.num_rows)
+            # one chunk per group: Parquet pages follow chunks, and chunks follow batches
+            self._writer.write_table(group.combine_chunks(), row_group_size=group.num_rows)
 
     def _close_current(self) -> None:
         if self._writer is not None:
@@ -294,20 +308,26 @@ def _features_yaml(schema: pa.Schema | None) -> list[dict[str, Any]] | None:
 
 
 class AtomicDir:
-    """A directory written under a temporary name and renamed into place on commit."""
+    """A directory written under a temporary name and swapped into place on commit.
+
+    For the whole ``with`` block the output is locked (:class:`~cleanpipe.io.run_lock.
+    OutputLock`): a second run into it is refused, naming this one's PID. An existing
+    folder is replaced only with ``overwrite`` and only when cleanpipe wrote it
+    (:mod:`cleanpipe.io.output_guard`). The temporary folder ``.NAME.tmp-<pid>-<tag>`` holds
+    the manifest from its creation, so the next run into the same output can tell it is
+    ours, and reclaims it once its owner is gone.
+    """
 
     def __init__(self, target: Path, overwrite: bool = False) -> None:
-        self.target = Path(target)
+        # absolute: "." has no name to hide a sibling under, and cannot be renamed
+        self.target = Path(os.path.abspath(target))
         self.overwrite = overwrite
         tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.tmp = self.target.parent / f".{self.target.name}.tmp-{tag}"
+        self._lock = OutputLock(self.target)
 
     def check(self) -> None:
         """Fail early, before any work, if the target cannot be used."""
-        if self.target.exists() and not self.overwrite:
-            raise OutputError(f"{self.target}: already exists; pass --overwrite to replace it")
-        if self.target.exists() and not self.target.is_dir():
-            raise OutputError(f"{self.target}: exists and is not a directory")
         parent = self.target.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -316,42 +336,118 @@ class AtomicDir:
                               f"{e.strerror or e}") from e
         if not os.access(parent, os.W_OK):
             raise OutputError(f"{parent}: not writable; choose another --output")
-        self._clean_stale()
+        self._check_target()
+
+    def _check_target(self) -> None:
+        if self.target.is_symlink() or (self.target.exists() and not self.target.is_dir()):
+            raise OutputError(f"{self.target}: exists and is not a directory")
+        if not self.target.exists():
+            return
+        if not self.overwrite:
+            if foreign_files(self.target):
+                check_replaceable(self.target)  # says why it could never be replaced
+            raise OutputError(f"{self.target}: already exists; pass --overwrite to replace it")
+        check_replaceable(self.target)
 
     def _clean_stale(self) -> None:
-        # leftovers of killed runs: hidden, never complete; remove those whose process is gone
-        for p in self.target.parent.glob(f".{self.target.name}.tmp-*"):
+        """Reclaim the temporary folders of killed runs into this output: ours (by name and
+        manifest), and their owner gone (this run holds the lock, and their PID is dead).
+        An old output that a killed commit had moved aside is put back if nothing replaced
+        it."""
+        name = self.target.name
+        for p in sorted(self.target.parent.iterdir()):
+            if not p.name.startswith(f".{name}."):
+                continue
+            kind, _, rest = p.name[len(name) + 2:].partition("-")
+            if kind not in ("tmp", "old") or not p.is_dir() or p.is_symlink():
+                continue
             try:
-                pid = int(p.name.rsplit(".tmp-", 1)[1].split("-")[0])
+                pid = int(rest.split("-")[0])
             except ValueError:
                 continue
-            if pid != os.getpid() and not _alive(pid):
+            if pid == os.getpid() or _alive(pid):
+                continue
+            # a temporary folder holds only what its run wrote, listed or not (yet); an old
+            # output moved aside must be complete and untouched
+            if not (is_cleanpipe_folder(p) if kind == "tmp" else not foreign_files(p)):
+                continue
+            if kind == "old" and not self.target.exists():
+                p.rename(self.target)
+            else:
                 shutil.rmtree(p, ignore_errors=True)
 
     def __enter__(self) -> Path:
         self.check()
+        self._lock.acquire()
         try:
-            self.tmp.mkdir(parents=True)
-        except OSError as e:
-            raise OutputError(f"{self.tmp}: cannot create: {e.strerror or e}") from e
+            self._clean_stale()
+            self._check_target()  # again: a reclaimed old output may be back in place
+            try:
+                self.tmp.mkdir(parents=True)
+                (self.tmp / MANIFEST).write_text(
+                    manifest_text([], state="writing", pid=os.getpid()), encoding="utf-8")
+            except OSError as e:
+                raise OutputError(f"{self.tmp}: cannot create: {e.strerror or e}") from e
+        except BaseException:
+            self.abort()
+            raise
         return self.tmp
 
     def commit(self) -> None:
         (self.tmp / "_SUCCESS").write_text("")
-        old = None
-        if self.target.exists():
-            old = self.target.parent / f".{self.target.name}.old-{uuid.uuid4().hex[:8]}"
-            self.target.rename(old)
+        write_manifest(self.tmp)
+        pause_point("commit")
+        if not self.target.exists():
+            self.tmp.rename(self.target)
+            return
+        if not self.overwrite:  # appeared during the run (not by cleanpipe: we hold the lock)
+            raise OutputError(f"{self.target}: appeared during the run; pass --overwrite to"
+                              " replace it")
+        check_replaceable(self.target)  # files added to it during the run stay the user's
+        if exchange(self.tmp, self.target):
+            # one atomic step: the target is the old output or the new one, never neither
+            pause_point("swapped")
+            shutil.rmtree(self.tmp, ignore_errors=True)  # the old output now
+            return
+        old = self.target.parent / f".{self.target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.target.rename(old)  # a kill right here is undone by the next run's _clean_stale
         self.tmp.rename(self.target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
     def abort(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+        self._lock.release()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
             self.abort()
+        self._lock.release()
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two folders atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    system or filesystem cannot, and nothing was changed."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(b))
 
 
 def _alive(pid: int) -> bool:

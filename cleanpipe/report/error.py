@@ -41,10 +41,11 @@ def error_report(*, command: str, pipeline: str | None, exit_code: int, message:
 
 def write_error_report(report: dict[str, Any], directory: str | os.PathLike[str]) -> None:
     """Write report.json, report.md and junit.xml for an error report into ``directory``."""
+    from cleanpipe.io.output_guard import claim_report_files
     from cleanpipe.report import to_json
 
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    claim_report_files(d, ["report.json", "junit.xml", "report.md"])
     err = report["error"]
     (d / "report.json").write_text(to_json(report), encoding="utf-8")
     (d / "junit.xml").write_text(render_junit(report), encoding="utf-8")

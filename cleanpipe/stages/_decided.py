@@ -6,8 +6,10 @@ table, which either the stage's own state or a distributed engine computed.
     >>> t = decisions_table(np.array([4]), ["exact_duplicate"], ["duplicate of row f:1"])
     >>> stage = ExactDedup().with_decisions(t)
     >>> res = stage.decide(pa.record_batch({"text": ["a", "a"]}), np.array([3, 4]), None)
-    >>> res.metrics, res.findings.codes()
-    ({'exact_duplicate': 1, 'contaminated_exact': 0}, {'exact_duplicate': 1})
+    >>> res.metrics
+    {'exact_duplicate': 1, 'contaminated_exact': 0, 'conflicting_labels': 0}
+    >>> res.findings.codes()
+    {'exact_duplicate': 1}
 """
 
 from __future__ import annotations

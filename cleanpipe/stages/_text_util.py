@@ -50,12 +50,3 @@ def put(texts: pa.Array, positions: np.ndarray, values: pa.Array) -> pa.Array:
     mask = np.zeros(len(texts), dtype=bool)
     mask[positions] = True
     return pc.replace_with_mask(texts, pa.array(mask), values.cast(texts.type))
-
-
-def plain_input(data: object) -> object:
-    """``datasets.Dataset.map`` passes a ``LazyBatch`` (a Mapping, not a dict): make it one."""
-    from collections.abc import Mapping
-
-    if isinstance(data, Mapping) and not isinstance(data, dict):
-        return dict(data)
-    return data

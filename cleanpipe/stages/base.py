@@ -26,11 +26,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: ``examples:`` of a stage: before/after examples kept per code per batch
+ExampleCount = Annotated[int, Field(ge=0, le=1000)]
 
 
 class Action(str, Enum):
@@ -213,13 +216,17 @@ class Stage(BaseModel):
     prints.
     """
 
+    # NaN and infinity are refused: no threshold, range or weight means anything as either
     model_config = ConfigDict(extra="forbid", frozen=False, arbitrary_types_allowed=True,
-                              use_attribute_docstrings=True)
+                              use_attribute_docstrings=True, allow_inf_nan=False)
 
     name: ClassVar[str] = ""
     codes: ClassVar[Mapping[str, Action]] = {}
     #: Actions a code may not take (e.g. a check that cannot "fix").
     forbidden_actions: ClassVar[Mapping[str, frozenset[Action]]] = {}
+    #: Parameters that change where or how fast the stage works, never its results (a spill
+    #: folder): left out of the pipeline's config hash.
+    execution_params: ClassVar[frozenset[str]] = frozenset()
 
     action: Action | None = None
     """Action for every code of this stage (overrides the defaults)."""

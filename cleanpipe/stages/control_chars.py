@@ -8,8 +8,8 @@ code                   characters                                   default
                        U+007F (tab and newline are kept)
 ``c1_control``         U+0080–U+009F (U+0085 NEXT LINE becomes       removed
                        ``\\n``)
-``crlf``               ``\\r\\n``                                     → ``\\n``
-``cr``                 a lone ``\\r``                                 → ``\\n``
+``crlf``               ``\\r\\n`` (Windows line endings: cosmetic)     flagged (fix: → ``\\n``)
+``cr``                 a lone ``\\r`` (a broken line break)           → ``\\n``
 ``line_separator``     U+2028 LINE / U+2029 PARAGRAPH SEPARATOR     → ``\\n``
 ``lone_surrogate``     UTF-16 surrogates in the bytes (CESU-8):     pairs joined, lone
                        invalid UTF-8 that slipped into a string     ones → U+FFFD
@@ -17,11 +17,15 @@ code                   characters                                   default
 =====================  ===========================================  ==================
 
 ``line_endings: keep`` and ``unicode_line_breaks: keep`` switch the line policies off.
+CRLF is only flagged by default: it is a consistent line break the trainer sees as such
+(T0's samsum dialogues use it), so rewriting it changes clean rows; ``actions: {crlf: fix}``
+normalises it. A lone CR is fixed: it is a line break that most tools show as none.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import Literal
 
 import numpy as np
@@ -30,8 +34,8 @@ from ftfy.fixes import fix_surrogates
 
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import plain_input, put, regex_mask
-from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+from cleanpipe.stages._text_util import put, regex_mask
+from cleanpipe.stages.base import Action, ExampleCount, Findings, TextResult, TextStage
 
 _C0 = ((0x01, 0x08), 0x0B, 0x0C, (0x0E, 0x1F), 0x7F)
 _C1 = ((0x80, 0x84), (0x86, 0x9F))
@@ -54,12 +58,22 @@ def _fix_surrogate_bytes(texts: pa.Array, cand: np.ndarray) -> tuple[pa.Array, n
     return put(texts, hit, pa.array(fixed, pa.large_string())), hit
 
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def _lone_cr_to_lf(texts: list[str]) -> list[str]:
+    # RE2 has no look-ahead, and the CR of a CRLF that is kept (flagged) must stay a CR.
+    return [_LONE_CR.sub("\n", t) for t in texts]
+
+
 class ControlChars(TextStage):
-    """Remove control characters and normalise line breaks; flag U+FFFD.
+    """Remove control characters, mend broken line breaks; flag CRLF and U+FFFD.
 
         >>> stage = ControlChars()
         >>> stage("a\\x00b\\x07c\\r\\nd\\re\\u2028f\\x85g")
-        'abc\\nd\\ne\\nf\\ng'
+        'abc\\r\\nd\\ne\\nf\\ng'
+        >>> ControlChars(actions={"crlf": "fix"})("a\\r\\nb\\r\\r\\nc")
+        'a\\nb\\n\\nc'
         >>> stage(["tab\\tand\\nnewline stay", "damaged \\ufffd text is only flagged"])
         ['tab\\tand\\nnewline stay', 'damaged \\ufffd text is only flagged']
     """
@@ -67,15 +81,15 @@ class ControlChars(TextStage):
     name = "control_chars"
     codes = {
         "nul": Action.FIX, "c0_control": Action.FIX, "c1_control": Action.FIX,
-        "crlf": Action.FIX, "cr": Action.FIX, "line_separator": Action.FIX,
+        "crlf": Action.FLAG, "cr": Action.FIX, "line_separator": Action.FIX,
         "lone_surrogate": Action.FIX, "replacement_char": Action.FLAG,
     }
 
     line_endings: Literal["lf", "keep"] = "lf"
-    """``lf``: CRLF and lone CR become ``\\n``; ``keep``: leave them."""
+    """``lf``: find CRLF (flagged by default) and lone CRs (→ ``\\n``); ``keep``: leave both."""
     unicode_line_breaks: Literal["newline", "keep"] = "newline"
     """``newline``: U+2028/U+2029 become ``\\n``; ``keep``: leave them."""
-    examples: int = 5
+    examples: ExampleCount = 5
     """Before/after examples kept per code per batch."""
 
     def _rules(self) -> tuple[list[Rule], list[tuple]]:
@@ -89,8 +103,12 @@ class ControlChars(TextStage):
         ]
         groups: list[tuple] = [(0,), _C0, (0x85,), _C1]
         if self.line_endings == "lf":
-            rules += [Rule("crlf", r"\r\n", replacement="\n", detail="CRLF"),
-                      Rule("cr", r"\r", replacement="\n", detail="CR", exact=True)]
+            rules.append(Rule("crlf", r"\r\n", replacement="\n", detail="CRLF"))
+            if self.action_of("crlf") is Action.FIX:
+                # every CRLF is a LF by now: any CR left is a lone one
+                rules.append(Rule("cr", r"\r", replacement="\n", detail="CR", exact=True))
+            else:
+                rules.append(Rule("cr", r"\r(?:[^\n]|$)", fixer=_lone_cr_to_lf, detail="CR"))
             groups += [(0x0D,), (0x0D,)]
         if self.unicode_line_breaks == "newline":
             rules.append(Rule("line_separator", r"[\x{2028}\x{2029}]", replacement="\n",
@@ -131,9 +149,6 @@ class ControlChars(TextStage):
         found.extend(res.findings)
         res.metrics["lone_surrogate_strings"] = int(hit.size)
         return TextResult(res.texts, found, res.metrics)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))
 
 
 @functools.cache

@@ -29,8 +29,7 @@ import pyarrow as pa
 
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import plain_input
-from cleanpipe.stages.base import Action, TextResult, TextStage
+from cleanpipe.stages.base import Action, ExampleCount, TextResult, TextStage
 
 _ZW = (0x200B, 0x2060, 0x180E)
 _BIDI = (0x200E, 0x200F, 0x061C, (0x202A, 0x202E), (0x2066, 0x2069))
@@ -110,7 +109,7 @@ class InvisibleChars(TextStage):
     """Keep ZWJ inside emoji sequences and ZWNJ/ZWJ between letters of joining scripts."""
     keep_emoji_tags: bool = True
     """Keep tag characters that form an emoji tag sequence (subdivision flags)."""
-    examples: int = 5
+    examples: ExampleCount = 5
     """Before/after examples kept per code per batch."""
 
     def _rules(self) -> list[Rule]:
@@ -142,6 +141,3 @@ def _scan() -> ByteScan:
     # One group per rule of ``InvisibleChars._rules``, in the same order.
     return ByteScan([(0xFEFF,), (*_ZW, 0xFEFF), (0x200C, 0x200D), _BIDI, (0xAD,), (_TAGS,),
                      ((0xFFF9, 0xFFFB),), ((0x2061, 0x2064),), ((0x206A, 0x206F),)])
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))

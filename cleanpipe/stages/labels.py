@@ -22,8 +22,9 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
+from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import (
     Action,
     BatchContext,
@@ -74,13 +75,13 @@ class LabelCheck(BatchStage):
 
     field: str = "label"
     """Label column: a scalar (single-label), or a list (multi-label / token labels)."""
-    labels: list[str | int] | None = None
+    labels: list[str | int] | None = Field(None, min_length=1)
     """The label vocabulary, inline."""
     labels_file: str | None = None
     """A file holding the vocabulary (see the module docstring)."""
     label_key: str = "label"
     """Key of the label in a JSON Lines / JSON-objects label file."""
-    num_labels: int | None = None
+    num_labels: int | None = Field(None, ge=1)
     """Integer labels ``0..num_labels-1`` (token classification also allows ``-100``)."""
     kind: Literal["single", "multi", "token"] = "single"
     """``multi``: a list of labels per row; ``token``: a list of ids per token (-100 ok)."""
@@ -119,6 +120,9 @@ class LabelCheck(BatchStage):
             if self.field in batch.schema.names else None
         if col is None:
             raise StageError(f"labels: no column {self.field!r}")
+        vocab_str = all(isinstance(v, str) for v in vocab)
+        col = typed_nulls(col, pa.string() if vocab_str else pa.int64(),
+                          lists=self.kind != "single")
         found = Findings(self.name)
         is_list = pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
         if is_list:
@@ -128,7 +132,6 @@ class LabelCheck(BatchStage):
             values, owner = col, np.arange(batch.num_rows)
         data_str = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
         data_int = pa.types.is_integer(values.type)
-        vocab_str = all(isinstance(v, str) for v in vocab)
         mismatch = (data_int and vocab_str) or (data_str and not vocab_str)
         if mismatch:
             keys = pa.array([str(v) for v in vocab], pa.string())

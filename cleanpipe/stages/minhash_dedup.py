@@ -7,9 +7,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from cleanpipe.dedup import bands, cluster, external, kernels
+from cleanpipe.dedup import bands, cluster, external, kernels, part_kernels
 from cleanpipe.dedup.decisions import (
     DECISIONS,
     decisions_table,
@@ -23,9 +23,10 @@ from cleanpipe.dedup.minhash import (
     shingle_hashes,
     signatures,
 )
+from cleanpipe.dedup.parts import Parts, PartsMode, difference_windows, part_texts, resolve
 from cleanpipe.dedup.reference import load_reference, table_batches
-from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
-from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts, shingle_modes
+from cleanpipe.dedup.rows import RowBook, lengths_and_texts, snippet_of
+from cleanpipe.dedup.text import UnicodeForm, buffers, normalize, row_texts, shingle_modes
 from cleanpipe.engine.memory import release_free_memory
 from cleanpipe.stages._decided import DecidedFromTable
 from cleanpipe.stages.base import Action, BatchContext, GlobalStage
@@ -37,11 +38,12 @@ class _Sketch:
 
     keys: np.ndarray          # (rows, bands) uint64
     valid: np.ndarray         # rows with at least one shingle
-    sets: np.ndarray | None   # sorted unique shingle hashes, flat (verify: exact)
-    set_off: np.ndarray | None
+    sets: np.ndarray | None   # verification records, flat (verify: exact): the sorted
+    set_off: np.ndarray | None  # shingle set, or with parts a part_kernels record
     lengths: np.ndarray
-    snippets: pa.Array | None
+    snippets: pa.Array | None  # each row's text for the report (parts split by PART_SEP)
     shingles: int
+    parts: bool = False       # compared part by part (else joined)
 
 
 #: decide's codes, in the order their findings are added
@@ -65,6 +67,16 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     (``verify: exact``), clustered by union-find, and all but one row per cluster (``keep``)
     are reported as ``near_duplicate`` of the kept row.
 
+    Records with a prompt and a response (``parts: auto`` finds alpaca
+    instruction/input/output, prompt/completion, question/answer and chat turns by role;
+    or give ``prompt_fields`` and ``response_fields``) are near duplicates only when the
+    responses reach ``threshold`` and every sentence of each prompt has a near copy in the
+    other (word Jaccard at ``threshold``, or a word or two replaced): rows sharing a long
+    passage but asking a different question, or giving a different answer, are different
+    examples and are kept (:mod:`cleanpipe.dedup.part_kernels`). Candidates still come from
+    one signature per row (of both parts' shingles). ``parts: joined`` compares the fields'
+    joined text, with datasketch-compatible signatures.
+
         >>> stage = MinHashDedup(fields=["text"], threshold=0.7)
         >>> rows = {"text": ["the quick brown fox jumps over the lazy dog near the river bank",
         ...                  "the quick brown fox jumps over the lazy dog near the river bank!",
@@ -72,10 +84,18 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         >>> stage(rows)["text"]
         ['the quick brown fox jumps over the lazy dog near the river bank', \
 'a completely different sentence about training language models']
+        >>> passage = " ".join(f"word{i}" for i in range(60)) + "."
+        >>> qa = MinHashDedup(threshold=0.7)
+        >>> qa({"prompt": [passage + " Who came first?", passage + " Who came last?",
+        ...                passage.replace("word7 ", "wort7 ") + " Who came first?"],
+        ...     "completion": ["Ann", "Ann", "Ann"]})["prompt"] == [passage + " Who came first?",
+        ...                                                    passage + " Who came last?"]
+        True
     """
 
     name: ClassVar[str] = "minhash_dedup"
     decision_codes: ClassVar[tuple[str, ...]] = CODES
+    execution_params: ClassVar[frozenset[str]] = frozenset({"spill_dir"})
     codes: ClassVar[dict[str, Action]] = {
         "near_duplicate": Action.DROP,
         "contaminated_near": Action.DROP,
@@ -86,16 +106,23 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     }
 
     fields: list[str] | None = None
-    """Text fields compared, joined per row (default: the pipeline's text fields)."""
+    """Text fields compared (default: the pipeline's text fields)."""
+    parts: PartsMode = "auto"
+    """``auto``: compare prompt and response separately when ``fields`` hold both (known
+    field names, or chat turns with a role); ``joined``: compare all fields joined."""
+    prompt_fields: list[str] | None = None
+    """Fields of the prompt part (give with ``response_fields``; overrides ``auto``)."""
+    response_fields: list[str] | None = None
+    """Fields of the response part."""
     threshold: float = Field(0.8, gt=0.0, lt=1.0)
     """Jaccard similarity from which two rows are duplicates."""
     num_perm: int = Field(128, ge=2, le=1024)
     """MinHash permutations (signature length)."""
-    seed: int = 1
+    seed: int = Field(1, ge=0, le=2**32 - 1)
     """Seed of datasketch's permutation generator."""
     hash: HashName = "xxh32"
     """Shingle hash: ``xxh32`` (compiled) or ``sha1`` (datasketch's default, slow)."""
-    hash_seed: int = 0
+    hash_seed: int = Field(0, ge=0, le=2**32 - 1)
     """Seed of ``xxh32`` (use the same in ``hashfunc`` to reproduce signatures)."""
     scheme: Scheme = "affine32"
     """datasketch permutation scheme: ``affine32`` (its 2.x default) or ``legacy``."""
@@ -142,7 +169,8 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     reference_fields: list[str] | None = None
     """Text fields of the reference sets (default: ``fields``, else their string columns)."""
     snippet_chars: int = Field(80, ge=0)
-    """Characters of each row kept for the report's cluster examples."""
+    """Characters of each row shown in the report's cluster examples, and the width of the
+    window shown around the first place where a dropped row differs from the kept one."""
     report_clusters: int = Field(10, ge=0)
     """How many of the largest clusters the report shows."""
 
@@ -156,11 +184,26 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
     _report: dict[str, Any] = PrivateAttr(default_factory=dict)
     _decisions: pa.Table | None = PrivateAttr(None)
+    _compared: bool | None = PrivateAttr(None)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_add_up(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= w <= 1.0 for w in v) or abs(sum(v) - 1.0) > 1e-9:
+            raise ValueError("two weights within [0, 1] that add up to 1, as in MinHashLSH")
+        return v
 
     @model_validator(mode="after")
     def _check_bands(self) -> MinHashDedup:
         if (self.bands is None) != (self.rows is None):
             raise ValueError("give both bands and rows, or neither")
+        if bool(self.prompt_fields) != bool(self.response_fields):
+            raise ValueError("give both prompt_fields and response_fields, or neither")
+        if self.prompt_fields and self.parts == "joined":
+            raise ValueError("prompt_fields/response_fields compare parts: drop them or"
+                             " parts: joined")
+        if self.prompt_fields and self.verify != "exact":
+            raise ValueError("comparing prompt and response separately needs verify: exact")
         b, r = self.band_rows()
         if b * r > self.num_perm:
             raise ValueError(f"bands × rows = {b * r} exceeds num_perm = {self.num_perm}")
@@ -180,16 +223,23 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         return out
 
     # -- worker side -------------------------------------------------------------------
+    def parts_of(self, ctx: BatchContext, fields: list[str] | None = None) -> Parts | None:
+        """The prompt and response fields of this batch, or ``None`` (joined text)."""
+        if self.verify != "exact":
+            return None  # the parts are told apart at verification
+        return resolve(self.parts, fields if fields is not None else self.fields,
+                       self.prompt_fields, self.response_fields, ctx)
+
     def sketch(self, batch: pa.RecordBatch, ctx: BatchContext,
                fields: list[str] | None = None) -> _Sketch:
         """Band keys (and, for verification, shingle sets) of every row of ``batch``."""
+        fields = fields if fields is not None else self.fields
+        parts = self.parts_of(ctx, fields)
+        if parts is not None:
+            return self._sketch_parts(part_texts(parts, ctx))
         # Fields joined by a newline: a word boundary, so no shingle glues two fields' words.
-        raw = row_texts(ctx, fields if fields is not None else self.fields, sep="\n")
-        norm = normalize(raw, lowercase=self.lowercase, unicode_form=self.unicode_form,
-                         strip_punctuation=self.strip_punctuation)
-        modes = shingle_modes(norm, self.shingle, self.cjk_ratio)
-        sh = shingle_hashes(norm, modes, self.ngram_words, self.ngram_chars, self.hash,
-                            self.hash_seed)
+        raw = row_texts(ctx, fields, sep="\n")
+        sh, _modes, _norm = self._shingles(raw)
         b, r = self.band_rows()
         sets = set_off = None
         signed = sh
@@ -199,9 +249,39 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             signed = Shingled(sets, set_off)
         keys = kernels.band_keys(signatures(signed, self.num_perm, self.seed, self.scheme),
                                  b, r)
-        lengths, snippets = lengths_and_snippets(raw, self.snippet_chars)
-        return _Sketch(keys, sh.counts > 0, sets, set_off, lengths, snippets,
+        lengths, texts = lengths_and_texts([raw], self.snippet_chars)
+        return _Sketch(keys, sh.counts > 0, sets, set_off, lengths, texts,
                        int(sh.hashes.size))
+
+    def _shingles(self, raw: pa.Array) -> tuple[Shingled, np.ndarray, pa.Array]:
+        """Shingle hashes, shingle mode and normalised text of each row."""
+        norm = normalize(raw, lowercase=self.lowercase, unicode_form=self.unicode_form,
+                         strip_punctuation=self.strip_punctuation)
+        modes = shingle_modes(norm, self.shingle, self.cjk_ratio)
+        sh = shingle_hashes(norm, modes, self.ngram_words, self.ngram_chars, self.hash,
+                            self.hash_seed)
+        return sh, modes, norm
+
+    def _sketch_parts(self, raw: list[pa.Array]) -> _Sketch:
+        """Rows compared part by part: one signature of both parts' shingles (its bands
+        find the candidates), and each row's :mod:`~cleanpipe.dedup.part_kernels` record."""
+        (p_sh, p_modes, p_norm), (r_sh, _, _) = (self._shingles(t) for t in raw)
+        p_sets, p_off = kernels.sorted_unique_segments(p_sh.hashes, p_sh.doc_off)
+        r_sets, r_off = kernels.sorted_unique_segments(r_sh.hashes, r_sh.doc_off)
+        # the prompt's shingles only find candidates: prompts are verified by sentence
+        # the signature of the union of two sets is the minimum of their signatures
+        sig = np.minimum(signatures(Shingled(p_sets, p_off), self.num_perm, self.seed,
+                                    self.scheme),
+                         signatures(Shingled(r_sets, r_off), self.num_perm, self.seed,
+                                    self.scheme))
+        data, offsets = buffers(p_norm)
+        s_vals, s_sizes, s_off = part_kernels.sentence_sets(
+            data, offsets, p_modes.astype(np.int8), np.uint64(self.hash_seed))
+        sets, set_off = part_kernels.pack(r_sets, r_off, s_vals, s_sizes, s_off)
+        lengths, texts = lengths_and_texts(raw, self.snippet_chars)
+        return _Sketch(kernels.band_keys(sig, *self.band_rows()),
+                       (p_sh.counts + r_sh.counts) > 0, sets, set_off, lengths, texts,
+                       int(p_sh.hashes.size + r_sh.hashes.size), parts=True)
 
     def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> _Sketch:
         return self.sketch(batch, ctx)
@@ -236,6 +316,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             self._book = RowBook(self.snippet_chars, self.spill_dir)
             if self.external:
                 self._spill = external.KeySpill(self.spill_dir)
+        self._compared = self.compared(prepared, self._compared)
         start = self._book.n
         self._book.add(seq, prepared.lengths, prepared.snippets, ctx.row_ids)
         if self._spill is not None:
@@ -243,7 +324,19 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             prepared.keys = _emptied(prepared.keys)
         self._parts.append(prepared)
 
-    def _reference_sketches(self) -> list[tuple[str, _Sketch]]:
+    @staticmethod
+    def compared(prepared: _Sketch, before: bool | None) -> bool:
+        """Whether rows are compared part by part, checked against earlier batches
+        (``before``; ``None`` for the first): one run compares all its rows one way."""
+        if before is not None and prepared.parts != before:
+            raise ValueError("minhash_dedup: some batches have prompt and response fields"
+                             " and others not; give prompt_fields/response_fields or"
+                             " parts: joined")
+        return prepared.parts
+
+    def reference_sketches(self, training_parts: bool | None) -> list[tuple[str, _Sketch]]:
+        """Sketches of the reference sets, compared the way the training rows are
+        (``training_parts``; ``None`` when there were none)."""
         out = []
         for item in self.reference:
             ref_name, table = load_reference(item)
@@ -252,8 +345,21 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
                 ctx = BatchContext(rb, fields or [f.name for f in rb.schema
                                                   if pa.types.is_string(f.type)
                                                   or pa.types.is_large_string(f.type)])
-                out.append((ref_name, self.sketch(rb, ctx, fields)))
+                sk = self.sketch(rb, ctx, fields)
+                if training_parts is not None and sk.parts != training_parts:
+                    raise ValueError(
+                        f"minhash_dedup: reference {ref_name} "
+                        f"{'has no' if training_parts else 'has'} separate prompt and"
+                        " response fields, unlike the training rows; give reference_fields"
+                        " (or prompt_fields/response_fields, or parts: joined)")
+                out.append((ref_name, sk))
         return out
+
+    def similarity(self, values: np.ndarray, off: np.ndarray, left: np.ndarray,
+                   right: np.ndarray, at_least: float = 0.0) -> np.ndarray:
+        """Jaccard of each ``(left, right)`` pair of verification records (with parts: of
+        the responses), -1 where ``at_least`` > 0 and the pair is no near duplicate."""
+        return bands.similarity(values, off, left, right, at_least, bool(self._compared))
 
     def finalize(self) -> None:
         book = self._book or RowBook(self.snippet_chars)
@@ -261,7 +367,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         self._book = book
         n = book.n
         parts = list(self._parts)
-        refs = self._reference_sketches()
+        refs = self.reference_sketches(self._compared)
         ref_offsets: list[tuple[int, str]] = []
         start = n
         for ref_name, sk in refs:
@@ -298,9 +404,10 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
                 p.set_off = None
             # Pairs agreeing on most bands are far above the threshold (each band agrees
             # with probability J**rows): the shared rule skips their exact Jaccard.
+            # with parts the band estimate is of both parts together: check them exactly
             jac = bands.verified_jaccard(
-                shared, b, _r, self.threshold, right < n,
-                lambda m: kernels.pair_jaccard(sets, off, left[m], right[m], self.threshold))
+                None if self._compared else shared, b, _r, self.threshold, right < n,
+                lambda m: self.similarity(sets, off, left[m], right[m], self.threshold))
             del shared
             ok = jac >= self.threshold
             left, right, jac = left[ok], right[ok], jac[ok]
@@ -322,7 +429,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         dup = np.flatnonzero(rep != np.arange(n))
         dup_j = np.full(n, np.nan, dtype=np.float32)
         if sets is not None and dup.size:
-            dup_j[dup] = kernels.pair_jaccard(sets, off, dup, rep[dup])
+            dup_j[dup] = self.similarity(sets, off, dup, rep[dup])
         # Contamination: for each training row, its most similar reference row.
         cross = (left < n) & (right >= n)
         cl, cr, cj = left[cross], right[cross], jac[cross]
@@ -365,14 +472,15 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         largest = []
         for members in cluster.largest_clusters(labels, rep, self.report_clusters):
             shown = members[:6]
-            jac = (kernels.pair_jaccard(sets, off, np.full(shown.size, shown[0]), shown)
+            jac = (self.similarity(sets, off, np.full(shown.size, shown[0]), shown)
                    if sets is not None else np.full(shown.size, np.nan))
             largest.append(cluster_entry(int(members.size), book.names(shown),
-                                         book.snippets(shown), jac))
+                                         book.snippets(shown), jac, self.snippet_chars))
         _, sizes = np.unique(labels, return_counts=True)
         contaminated = np.flatnonzero(self._contam >= 0)
         examples = [contamination_example(name, self._ref_name(int(self._contam[i])),
-                                          self._contam_j[i], book.snippet(i))
+                                          self._contam_j[i], book.snippet(i),
+                                          self.snippet_chars)
                     for i, name in zip(contaminated[:10], book.names(contaminated[:10]),
                                        strict=True)]
         extra = book.nbytes()
@@ -391,15 +499,16 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             candidates=candidates, cluster_sizes=sizes[sizes >= 2],
             duplicates=int((rep != np.arange(n)).sum()), largest=largest,
             contaminated=int(contaminated.size), contamination_examples=examples,
-            memory=memory)
+            memory=memory, by_parts=bool(self._compared))
 
     def section(self, *, rows: int, without_shingles: int, shingles: int, candidates: int,
                 cluster_sizes: np.ndarray, duplicates: int, largest: list[dict[str, Any]],
                 contaminated: int, contamination_examples: list[dict[str, Any]],
-                memory: dict[str, Any]) -> dict[str, Any]:
+                memory: dict[str, Any], by_parts: bool) -> dict[str, Any]:
         """The report section from its parts: one layout whichever engine clustered.
 
-        ``cluster_sizes`` holds the size of every cluster of two or more rows.
+        ``cluster_sizes`` holds the size of every cluster of two or more rows; ``by_parts``
+        says whether prompt and response were compared separately.
         """
         b, r = self.band_rows()
         return {
@@ -413,7 +522,11 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             "duplicates": int(duplicates),
             "cluster_sizes": cluster.sizes_histogram(cluster_sizes),
             "largest_clusters": largest,
-            "jaccard": "exact shingle-set Jaccard" if self.verify == "exact" else "not verified",
+            "jaccard": ("not verified" if self.verify != "exact" else
+                        "exact shingle-set Jaccard of the responses (prompts: every"
+                        " sentence has a near copy)"
+                        if by_parts else "exact shingle-set Jaccard"),
+            "compared": "prompt and response" if by_parts else "joined fields",
             "contamination": {"rows": int(contaminated), "examples": contamination_examples},
             "memory": memory,
         }
@@ -483,26 +596,32 @@ def _gather(parts: list[_Sketch], name: str, empty: np.ndarray) -> np.ndarray:
     return out
 
 
-def cluster_entry(size: int, names: list[str], snippets: list[str],
-                  jaccard: np.ndarray) -> dict[str, Any]:
-    """One of the report's largest clusters: its representative first, then members."""
+def cluster_entry(size: int, names: list[str], texts: list[str], jaccard: np.ndarray,
+                  snippet_chars: int) -> dict[str, Any]:
+    """One of the report's largest clusters: its representative first, then members, each
+    with the window around the first place where it differs from the representative, per
+    part (``texts`` as :func:`cleanpipe.dedup.rows.lengths_and_texts` keeps them)."""
     return {
         "size": size,
         "representative": names[0],
-        "representative_snippet": snippets[0],
+        "representative_snippet": snippet_of(texts[0], snippet_chars),
         "members": [
-            {"row": names[k], "snippet": snippets[k],
-             "jaccard": None if np.isnan(jaccard[k]) else round(float(jaccard[k]), 4)}
+            # differences before the snippet: renderers that cut long rows keep them
+            {"row": names[k],
+             "jaccard": None if np.isnan(jaccard[k]) else round(float(jaccard[k]), 4),
+             "differences": difference_windows(texts[0], texts[k], snippet_chars),
+             "snippet": snippet_of(texts[k], snippet_chars)}
             for k in range(1, len(names))
         ],
     }
 
 
-def contamination_example(name: str, reference: str, jaccard: float,
-                          snippet: str) -> dict[str, Any]:
+def contamination_example(name: str, reference: str, jaccard: float, text: str,
+                          snippet_chars: int) -> dict[str, Any]:
     j = np.float32(jaccard)  # stored as float32, as the detail shows it
     return {"row": name, "reference": reference,
-            "jaccard": None if np.isnan(j) else round(float(j), 4), "snippet": snippet}
+            "jaccard": None if np.isnan(j) else round(float(j), 4),
+            "snippet": snippet_of(text, snippet_chars)}
 
 
 def detail_text(text: str, jaccard: float) -> str:

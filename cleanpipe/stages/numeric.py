@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import field_validator
 
+from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, BatchStage, Findings
 
 #: what Arrow's string-to-float cast reads: decimal and exponent forms, nan, inf, infinity
@@ -40,6 +42,15 @@ class NumericCheck(BatchStage):
     ranges: dict[str, tuple[float | None, float | None]] = {}
     """Inclusive ``[min, max]`` per column (None: unbounded on that side)."""
 
+    @field_validator("ranges")
+    @classmethod
+    def _min_not_above_max(cls, v: dict[str, tuple[float | None, float | None]]
+                           ) -> dict[str, tuple[float | None, float | None]]:
+        for col, (lo, hi) in v.items():
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"range of {col!r}: min {lo:g} is above max {hi:g}")
+        return v
+
     def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
         found = Findings(self.name)
         metrics: dict[str, dict[str, int]] = {}
@@ -49,7 +60,7 @@ class NumericCheck(BatchStage):
                 found.add(np.arange(batch.num_rows), "not_numeric", self.action_of("not_numeric"),
                           field=f, detail=f"column {f!r} is missing")
                 continue
-            col = batch.column(idx)
+            col = typed_nulls(batch.column(idx), pa.float64())
             text = np.zeros(batch.num_rows, dtype=bool)
             if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
                 is_num = pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)

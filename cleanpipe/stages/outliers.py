@@ -9,17 +9,20 @@ an outlier is a record to look at, not necessarily a bad one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
 
 _CLASSES = {"letter_ratio": r"\p{L}", "digit_ratio": r"\p{Nd}", "space_ratio": r"\s",
             "symbol_ratio": r"[\p{P}\p{S}]"}
+#: the features :class:`Outliers` can score
+Feature = Literal["chars", "tokens", "letter_ratio", "digit_ratio", "space_ratio",
+                  "symbol_ratio"]
 _MAD_SCALE = 1.4826  # makes the MAD estimate the standard deviation of a normal
 # Smallest scale per feature. Where nearly every record has the same value (no digits at all,
 # say), the MAD is zero and any non-zero value would score as extreme; a floor in the
@@ -46,18 +49,26 @@ class Outliers(GlobalStage):
 
     fields: list[str] | None = None
     """Text fields measured (default: the pipeline's text fields)."""
-    features: list[str] = ["chars", "letter_ratio", "digit_ratio", "space_ratio",
+    features: list[Feature] = ["chars", "letter_ratio", "digit_ratio", "space_ratio",
                            "symbol_ratio"]
     """Features to score; add ``tokens`` with a ``tokenizer``."""
-    threshold: float = 6.0
+    threshold: float = Field(6.0, gt=0.0)
     """Robust z-score above which a record is flagged (per feature)."""
-    thresholds: dict[str, float] = {}
+    thresholds: dict[Feature, float] = {}
     """Per-feature thresholds overriding ``threshold``."""
     tokenizer: str | None = None
     """tokenizer.json or model directory, for the ``tokens`` feature."""
     min_scale: dict[str, float] = {}
     """Per-feature floor of the scale, overriding the defaults (0.05 for the ratios, 0.1 for
     the log lengths), so a value that is merely non-zero where most are zero is no outlier."""
+
+    @field_validator("thresholds")
+    @classmethod
+    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if not x > 0}
+        if bad:
+            raise ValueError(f"thresholds must be greater than 0: {bad}")
+        return v
 
     _values: list[np.ndarray] = PrivateAttr(default_factory=list)
     _center: np.ndarray | None = PrivateAttr(default=None)

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import PrivateAttr, model_validator
 
-from cleanpipe.stages._text_util import examples, plain_input, put, regex_mask
-from cleanpipe.stages.base import Action, Findings, StageError, TextResult, TextStage
+from cleanpipe.stages._text_util import examples, put, regex_mask
+from cleanpipe.stages.base import Action, ExampleCount, Findings, StageError, TextResult, TextStage
 
 
 def tokenizer_tokens(path: str | Path, include: str = "special") -> list[str]:
@@ -49,7 +49,7 @@ class SpecialTokens(TextStage):
     """Token strings to look for (added to the tokenizer's)."""
     include: Literal["special", "all"] = "special"
     """From the tokenizer: only tokens marked special, or every added token (``<think>``...)."""
-    examples: int = 5
+    examples: ExampleCount = 5
     """Before/after examples kept per batch."""
 
     _all: list[str] | None = PrivateAttr(default=None)
@@ -98,6 +98,3 @@ class SpecialTokens(TextStage):
         if out is sub:
             return TextResult(texts, found, metrics)
         return TextResult(put(texts, rows, out), found, metrics)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
+from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import (
     Action,
     BatchContext,
@@ -57,7 +58,7 @@ class TokenIdCheck(BatchStage):
     """tokenizer.json / model directory: its vocabulary size (added tokens included)."""
     config: str | None = None
     """config.json (or its directory): the embedding's ``vocab_size``."""
-    vocab_size: int | None = None
+    vocab_size: int | None = Field(None, ge=1)
     """The embedding size, given directly."""
     ignore_index: int = -100
 
@@ -83,7 +84,15 @@ class TokenIdCheck(BatchStage):
 
     def _lists(self, batch: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray,
                                                                  np.ndarray]:
-        col = batch.column(batch.schema.get_field_index(name))
+        if name not in batch.schema.names:
+            raise StageError(f"token_ids: no column {name!r}")
+        col = typed_nulls(batch.column(batch.schema.get_field_index(name)), pa.int64(),
+                          lists=True)
+        if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
+                or pa.types.is_fixed_size_list(col.type)) \
+                or not pa.types.is_integer(col.type.value_type):
+            raise StageError(f"token_ids: column {name!r} is {col.type}, not lists of "
+                             "integer ids")
         flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
         owner = pc.list_parent_indices(col).to_numpy(zero_copy_only=False)
         lens = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)

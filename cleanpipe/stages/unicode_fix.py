@@ -20,10 +20,11 @@ import ftfy
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field
 
 from cleanpipe.stages._text_ftfy_safe import needs_ftfy_regex
-from cleanpipe.stages._text_util import examples, plain_input, put, regex_mask
-from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+from cleanpipe.stages._text_util import examples, put, regex_mask
+from cleanpipe.stages.base import Action, ExampleCount, Findings, TextResult, TextStage
 
 #: One report code per ftfy fix, so rows are counted by the fix that changed them.
 FIX_CODES = (
@@ -77,7 +78,7 @@ MAX_PASSES = 8
 def _fix_until_stable(text: str, config: ftfy.TextFixerConfig) -> tuple[str, dict[str, str]]:
     r""":func:`_explain` repeated until the text stops changing; the steps of every pass.
 
-        >>> cfg = UnicodeFix().ftfy_config()
+        >>> cfg = UnicodeFix(fix_line_breaks=True).ftfy_config()
         >>> ftfy.fix_text("&ap;\r<b>", cfg)
         '&ap;\n<b>'
         >>> _fix_until_stable("&ap;\r<b>", cfg)
@@ -100,11 +101,15 @@ def _fix_until_stable(text: str, config: ftfy.TextFixerConfig) -> tuple[str, dic
 class UnicodeFix(TextStage):
     """Repair mojibake, HTML entities, C1 controls and other Unicode damage with ftfy.
 
-    Every ``ftfy.TextFixerConfig`` option is a parameter. Two defaults differ from ftfy's:
+    Every ``ftfy.TextFixerConfig`` option is a parameter. Four defaults differ from ftfy's:
     ``fix_character_width`` and ``uncurl_quotes`` are off, because they rewrite legitimate
     Chinese full-width punctuation (，：（）) and curly quotes (“”) into ASCII; turn them on for
-    English-only data if you want that. Normalization is NFC; ``NFKC`` also folds
-    compatibility characters and so rewrites CJK full-width punctuation too.
+    English-only data if you want that. ``remove_control_chars`` and ``fix_line_breaks`` are
+    off because ``control_chars`` and ``invisible_chars`` do that work after this stage (repair
+    comes first, see :mod:`cleanpipe.stage_order`), naming each character under its own code
+    (``nul``, ``crlf``, ``bom``...) where ftfy would record one code for all; turn them on when
+    this stage runs alone. Normalization is NFC; ``NFKC`` also folds compatibility characters
+    and so rewrites CJK full-width punctuation too.
 
     Each changed string is counted under the fix that changed it (codes named after ftfy's
     fixes: ``fix_encoding`` with the encodings in ``detail``, ``unescape_html``,
@@ -141,17 +146,20 @@ class UnicodeFix(TextStage):
     Off by default (ftfy: on): it rewrites Chinese full-width punctuation."""
     uncurl_quotes: bool = False
     """Replace curly quotes with straight ones. Off by default (ftfy: on)."""
-    fix_line_breaks: bool = True
-    """Turn CRLF, CR, U+2028, U+2029 and U+0085 into ``\\n``."""
+    fix_line_breaks: bool = False
+    """Turn CRLF, CR, U+2028, U+2029 and U+0085 into ``\\n``. Off by default (ftfy: on):
+    ``control_chars``, which runs after this stage, does it with a code per line break."""
     fix_surrogates: bool = True
     """Join UTF-16 surrogate pairs, replace lone ones with U+FFFD."""
-    remove_control_chars: bool = True
-    """Remove ftfy's table of invisible control characters."""
+    remove_control_chars: bool = False
+    """Remove ftfy's table of invisible control characters (C0 controls, U+FEFF, U+206A–U+206F,
+    U+FFF9–U+FFFC). Off by default (ftfy: on): ``control_chars`` and ``invisible_chars``,
+    which run after this stage, remove them with a code per character."""
     normalization: Literal["NFC", "NFD", "NFKC", "NFKD"] | None = "NFC"
     """Unicode normalization; NFKC also rewrites full-width CJK punctuation; None for none."""
-    max_decode_length: int = 1_000_000
+    max_decode_length: int = Field(1_000_000, ge=1)
     """Longest segment ftfy fixes in one piece."""
-    examples: int = 5
+    examples: ExampleCount = 5
     """Before/after examples kept per code per batch."""
 
     def ftfy_config(self) -> ftfy.TextFixerConfig:
@@ -248,6 +256,3 @@ class UnicodeFix(TextStage):
                       before=before, after=after)
         metrics["changed_strings"] = len(rewrite)
         return TextResult(out, found, metrics)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))

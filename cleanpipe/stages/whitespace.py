@@ -1,18 +1,28 @@
-"""``whitespace``: unusual spaces, trailing spaces, runs, blank lines and trimming.
+"""``whitespace``: unusual spaces, trailing spaces, runs, blank lines and edge whitespace.
+
+Every code is only flagged by default: none of these changes what a model learns, while
+rewriting them changes what the trainer sees of a clean row. A prompt that ends in ``\\n``
+and a completion that starts with a space (``{"prompt": "The sky is", "completion": " blue."}``)
+are joined by the trainer as they are, so trimming either teaches ``"The sky isblue."``;
+markdown's two trailing spaces are a line break; NBSP keeps ``10 kg`` together. Set an action
+to ``fix`` to rewrite (``actions: {unusual_space: fix}``), e.g. for pre-training text.
 
 ==================  ===================================================  ============
 code                what                                                 default
 ==================  ===================================================  ============
-``unusual_space``   U+00A0, U+1680, U+2000–U+200A, U+202F, U+205F        → space
-                    (U+3000 IDEOGRAPHIC SPACE only with
+``unusual_space``   U+00A0, U+1680, U+2000–U+200A, U+202F, U+205F        flagged
+                    (U+3000 IDEOGRAPHIC SPACE only with                  (fix: → space)
                     ``keep_ideographic_space: false``: it is legitimate
                     in CJK text)
 ``space_run``       two or more spaces/tabs after a non-space            flagged
-                    (indentation is never touched; fixing collapses the
+                    (indentation is never touched; fixing collapses the  (fix: one space)
                     run to one space, which also realigns tables)
-``trailing_space``  spaces/tabs before a line break or the end           removed
+``trailing_space``  spaces/tabs before a line break or the end           flagged
+                                                                         (fix: removed)
 ``blank_lines``     three or more line breaks in a row                   flagged
-``edge_whitespace`` ASCII whitespace at the start or end of the string   trimmed
+                                                                         (fix: two)
+``edge_whitespace`` ASCII whitespace at the start or end of the string   flagged
+                                                                         (fix: trimmed)
 ==================  ===================================================  ============
 """
 
@@ -24,33 +34,37 @@ import pyarrow as pa
 
 from cleanpipe.stages._byte_scan import ByteScan
 from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import plain_input
-from cleanpipe.stages.base import Action, TextResult, TextStage
+from cleanpipe.stages.base import Action, ExampleCount, TextResult, TextStage
 
 _UNUSUAL = (0xA0, 0x1680, (0x2000, 0x200A), 0x202F, 0x205F)
 
 
 class Whitespace(TextStage):
-    """Normalise spaces: unusual spaces to ASCII, trailing spaces removed, ends trimmed.
+    """Flag unusual spaces, trailing spaces, runs, blank lines and edge whitespace.
+
+    Defaults change nothing (see the module docstring for why); each code fixes on request.
 
         >>> stage = Whitespace()
         >>> stage(" 10\\u00a0kg  of rice \\nnext line\\t\\n")
-        '10 kg  of rice\\nnext line'
-        >>> stage("中文\\u3000全角空格")
+        ' 10\\xa0kg  of rice \\nnext line\\t\\n'
+        >>> stage.transform(pa.array([" 10\\u00a0kg \\n"])).findings.codes()
+        {'unusual_space': 1, 'trailing_space': 1, 'edge_whitespace': 1}
+        >>> fix = Whitespace(action="fix")
+        >>> fix(" 10\\u00a0kg  of rice \\nnext line\\t\\n")
+        '10 kg of rice\\nnext line'
+        >>> fix("中文\\u3000全角空格")
         '中文\\u3000全角空格'
-        >>> Whitespace(actions={"space_run": "fix"})("a   b")
-        'a b'
     """
 
     name = "whitespace"
     codes = {
-        "unusual_space": Action.FIX, "space_run": Action.FLAG, "trailing_space": Action.FIX,
-        "blank_lines": Action.FLAG, "edge_whitespace": Action.FIX,
+        "unusual_space": Action.FLAG, "space_run": Action.FLAG, "trailing_space": Action.FLAG,
+        "blank_lines": Action.FLAG, "edge_whitespace": Action.FLAG,
     }
 
     keep_ideographic_space: bool = True
     """Leave U+3000 alone (it is the normal space of CJK text)."""
-    examples: int = 5
+    examples: ExampleCount = 5
     """Before/after examples kept per code per batch."""
 
     def _unusual(self) -> tuple:
@@ -75,9 +89,6 @@ class Whitespace(TextStage):
     def transform(self, texts: pa.Array) -> TextResult:
         return RuleSet(self.name, self._rules(), self.action_of, self.examples,
                        scan=_scan(self._unusual())).apply(texts)
-
-    def __call__(self, data: object) -> object:
-        return super().__call__(plain_input(data))
 
 
 @functools.cache
