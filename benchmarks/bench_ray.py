@@ -75,8 +75,6 @@ def main() -> None:
     data = root / "sft_self_instruct_t0_50k" / "data_per_template"
     if not data.is_dir():
         sys.exit(f"t0 data not found under {root}")
-    from cleanpipe.engine.ray_engine import run_ray
-
     # the stages must live in an importable module (not __main__) for the workers to
     # unpickle them: use this file imported as ``bench_ray``
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -90,12 +88,12 @@ def main() -> None:
              runtime_env={"env_vars": {"PYTHONPATH": str(REPO / "benchmarks")}})
     t_init = time.perf_counter() - t
     t = time.perf_counter()
-    rep_warm = run_ray(make(), data, None, workers=2)
+    rep_warm = make().run(data, None, workers=2, engine="ray")
     t_warm = time.perf_counter() - t
     rows = []
     for name, fn in [("local (2 workers)", lambda: make().run(data, None, workers=2)),
-                     ("ray (local cluster, 2 CPUs)", lambda: run_ray(make(), data, None,
-                                                                     workers=2))]:
+                     ("ray (local cluster, 2 CPUs)", lambda: make().run(data, None, workers=2,
+                                                                      engine="ray"))]:
         t = time.perf_counter()
         rep = fn()
         rows.append((name, time.perf_counter() - t, rep["totals"]))

@@ -177,11 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(pipe: Any, args: argparse.Namespace, out: str | None,
          report_dir: str | None = None) -> dict[str, Any]:
-    if pipe.spec.engine == "ray":
-        from cleanpipe.engine.ray_engine import run_ray
-
-        return run_ray(pipe, _input(args), out, overwrite=args.overwrite,
-                       address=pipe.spec.ray_address)
+    # the engine (local or ray, --engine/--address or the file's) is chosen by Pipeline.run
     progress = not args.quiet and not args.no_progress
     if out is None:
         return pipe.run(_input(args), None, workers=args.workers, progress=progress,

@@ -8,11 +8,15 @@
     (2, 2)
     >>> [b.num_rows for b in p.iter_batches(pa.table({"text": ["a", "b"]}))]
     [2]
+    >>> result = p.clean(pa.table({"text": ["a", "b"]}))
+    >>> result.dataset.num_rows, result.report.passed
+    (2, True)
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -38,6 +42,7 @@ from cleanpipe.io.writers import (
     write_json,
 )
 from cleanpipe.report.build import build_report
+from cleanpipe.result import CleanReport, CleanResult, as_dataset, like_input, unified_table
 from cleanpipe.spec import PipelineSpec, load_spec, spec_from_dict
 from cleanpipe.stages.base import Stage
 
@@ -64,10 +69,25 @@ def quarantine_batch(q: QuarantineRows) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, names=names)
 
 
-def _with_flags(rows: Rows, column: str) -> pa.RecordBatch:
+def empty_quarantine() -> pa.RecordBatch:
+    """A quarantine batch with no rows: the schema of a quarantine with nothing in it."""
+    return quarantine_batch(QuarantineRows(None, [], np.zeros(0, np.int64), "", [], []))
+
+
+def kept_batch(rows: Rows, flag_column: str | None) -> pa.RecordBatch:
+    """Kept rows as written: with ``flag_column`` (the row's flag codes) when configured."""
+    if not flag_column:
+        return rows.data
     flags = rows.flags if rows.flags is not None else np.empty(rows.num_rows, dtype=object)
     arr = pa.array([f if f is not None else [] for f in flags.tolist()], pa.list_(pa.string()))
-    return rows.data.append_column(column, arr)
+    return rows.data.append_column(flag_column, arr)
+
+
+def _kept_schema(input_schema: pa.Schema | None, flag_column: str | None) -> pa.Schema | None:
+    """The schema of an empty result: the input's, plus the flag column when configured."""
+    if input_schema is not None and flag_column:
+        return input_schema.append(pa.field(flag_column, pa.list_(pa.string())))
+    return input_schema
 
 
 class Pipeline:
@@ -75,8 +95,12 @@ class Pipeline:
 
     Build it in code (``Pipeline(stages=[UnicodeFix(), ExactDedup()], fields=[...])``) or load
     a YAML file with :meth:`from_yaml`. :meth:`run` writes the cleaned dataset, quarantine and
-    reports and returns the report dict; :meth:`iter_batches` yields cleaned record batches
-    for scripts that keep going in memory.
+    reports and returns the report dict; :meth:`clean` returns the cleaned data in memory
+    (the input's type) with a typed report and the quarantine; :meth:`iter_batches` yields
+    cleaned record batches for scripts that keep going in memory.
+
+    Every entry point runs on the engine named by ``engine`` (argument) or the pipeline's
+    ``engine:`` setting: ``local`` (default) or ``ray``.
     """
 
     def __init__(self, stages: list[Stage | dict[str, Any]] | None = None, *,
@@ -108,10 +132,34 @@ class Pipeline:
                               " or pass --input")
         return src
 
-    def iter_batches(self, input: Any = None, *, workers: int | None = None
-                     ) -> Iterator[pa.RecordBatch]:
+    def _spec_for(self, engine: str | None, address: str | None) -> PipelineSpec:
+        """The spec to run: this one, with ``engine``/``address`` when given (so the
+        report records the engine that ran)."""
+        if engine is None and address is None:
+            return self.spec
+        if engine not in (None, "local", "ray"):
+            from cleanpipe.spec import ConfigError
+
+            raise ConfigError(f"{self.spec.source or '<pipeline>'}: engine {engine!r} is not"
+                              " one of 'local', 'ray'")
+        update = {"engine": engine, "ray_address": address}
+        return self.spec.model_copy(update={k: v for k, v in update.items() if v is not None})
+
+    @staticmethod
+    def _executor(spec: PipelineSpec) -> Callable[..., Iterator[Rows]]:
+        """The run function of ``spec.engine`` (:func:`cleanpipe.engine.local.execute`'s
+        signature)."""
+        if spec.engine == "ray":
+            from cleanpipe.engine.ray_engine import execute_ray
+
+            return functools.partial(execute_ray, address=spec.ray_address)
+        return execute
+
+    def iter_batches(self, input: Any = None, *, workers: int | None = None,
+                     engine: str | None = None) -> Iterator[pa.RecordBatch]:
         """Cleaned record batches in input order; nothing is written."""
-        gen = execute(self.spec, self._source(input), Sinks(), workers=workers)
+        spec = self._spec_for(engine, None)
+        gen = self._executor(spec)(spec, self._source(input), Sinks(), workers=workers)
         while True:
             try:
                 rows = next(gen)
@@ -121,28 +169,56 @@ class Pipeline:
             yield rows.data
 
     def check(self, input: Any = None, *, workers: int | None = None,
-              progress: bool = False) -> dict[str, Any]:
+              progress: bool = False, engine: str | None = None) -> dict[str, Any]:
         """Run every stage read-only: the report (with verdict), no dataset written."""
-        return self.run(input, None, workers=workers, progress=progress)
+        return self.run(input, None, workers=workers, progress=progress, engine=engine)
+
+    def clean(self, input: Any = None, *, workers: int | None = None, progress: bool = False,
+              engine: str | None = None, address: str | None = None) -> CleanResult:
+        """Run the pipeline once in memory: the cleaned data and a typed report.
+
+        ``result.dataset`` has the input's type (a ``datasets.Dataset`` for a ``Dataset``,
+        a path or anything else; an ``IterableDataset`` for an ``IterableDataset``; a
+        ``pyarrow.Table`` for a Table or RecordBatch; a polars DataFrame for one) and holds
+        the rows ``run`` would write. ``result.report`` is a :class:`CleanReport`: the
+        report dict (``to_dict()``), ``passed``, ``totals`` and ``quarantine``, the dropped
+        rows with their reasons as a ``datasets.Dataset``. Both come from the same run.
+        The result is held in memory, also for an ``IterableDataset`` (read as a stream,
+        returned over the materialized rows), since global stages decide only at the end.
+        """
+        source = self._source(input)
+        flag_col = self.spec.output.flag_column
+        kept: list[pa.RecordBatch] = []
+        dropped: list[pa.RecordBatch] = []
+        sinks = Sinks(kept=lambda rows: kept.append(kept_batch(rows, flag_col)),
+                      quarantine=lambda q: dropped.append(quarantine_batch(q)))
+        spec = self._spec_for(engine, address)
+        state = self._drain(self._executor(spec)(
+            spec, source, sinks, workers=workers, progress=Progress(enabled=progress)))
+        report = self._report(state, source, None, False, spec)
+        data = unified_table(kept, _kept_schema(state.input_schema, flag_col))
+        quarantine = as_dataset(unified_table(dropped, empty_quarantine().schema))
+        return CleanResult(like_input(data, input), CleanReport(report, quarantine))
 
     def run(self, input: Any = None, output: str | Path | None = None, *,
             overwrite: bool = False, workers: int | None = None, progress: bool = False,
-            report_dir: str | Path | None = None,
-            executor: Callable[..., Iterator[Rows]] | None = None) -> dict[str, Any]:
+            report_dir: str | Path | None = None, engine: str | None = None,
+            address: str | None = None) -> dict[str, Any]:
         """Run the pipeline. With an output directory, write data, quarantine and reports
         there atomically; without one, only compute the report. The reports also go to
         ``report_dir`` if given. Returns the report dict.
 
-        ``executor`` replaces the local engine's :func:`~cleanpipe.engine.local.execute`
-        (same signature); the Ray engine passes its own so writing stays in one place."""
-        run_exec = executor or execute
+        ``engine`` (else the pipeline's ``engine:``): ``local`` or ``ray``, on the cluster
+        at ``address`` (else ``ray_address:``); writing is the same for every engine."""
+        spec = self._spec_for(engine, address)
+        run_exec = self._executor(spec)
         source = self._source(input)
         out = output if output is not None else None
         prog = Progress(enabled=progress)
         if out is None:
-            state = self._drain(run_exec(self.spec, source, Sinks(), workers=workers,
+            state = self._drain(run_exec(spec, source, Sinks(), workers=workers,
                                         progress=prog))
-            report = self._report(state, source, None, False)
+            report = self._report(state, source, None, False, spec)
             if report_dir is not None:
                 _write_report_dir(report, report_dir)
             return report
@@ -162,8 +238,7 @@ class Pipeline:
                 flag_col = self.spec.output.flag_column
 
                 def kept(rows: Rows) -> None:
-                    batch = _with_flags(rows, flag_col) if flag_col else rows.data
-                    data_w.write(batch, rows.shard)
+                    data_w.write(kept_batch(rows, flag_col), rows.shard)
 
                 def quarantine(q: QuarantineRows) -> None:
                     q_w.write(quarantine_batch(q), q.stage)
@@ -177,14 +252,10 @@ class Pipeline:
 
                 sinks = Sinks(kept=kept, quarantine=quarantine,
                               events=events if self.spec.output.events else None)
-                state = self._drain(run_exec(self.spec, source, sinks, workers=workers,
+                state = self._drain(run_exec(spec, source, sinks, workers=workers,
                                              progress=prog, tmp_dir=tmp))
-                empty_schema = state.input_schema
-                if empty_schema is not None and flag_col:
-                    empty_schema = empty_schema.append(pa.field(flag_col, pa.list_(pa.string())))
-                parts = data_w.close(empty_schema)
-                q_parts = q_w.close(quarantine_batch(QuarantineRows(
-                    None, [], np.zeros(0, np.int64), "", [], [])).schema)
+                parts = data_w.close(_kept_schema(state.input_schema, flag_col))
+                q_parts = q_w.close(empty_quarantine().schema)
                 if events_w is not None:
                     events_w.close()
                 elif self.spec.output.events:
@@ -199,7 +270,7 @@ class Pipeline:
                     (tmp / "README.md").write_text(
                         dataset_card(f"data/*.{ext}", f"quarantine/*.{ext}", data_w.schema,
                                      q_w.schema if q_parts else None), encoding="utf-8")
-                report = self._report(state, source, redact(os.fspath(out)), True)
+                report = self._report(state, source, redact(os.fspath(out)), True, spec)
                 _write_reports(report, tmp)
                 atomic.commit()
         except OSError as e:
@@ -217,7 +288,8 @@ class Pipeline:
                 return stop.value
 
     def _report(self, state: RunState, source: Any, output: str | None,
-                written: bool) -> dict[str, Any]:
+                written: bool, spec: PipelineSpec | None = None) -> dict[str, Any]:
+        spec = spec or self.spec
         self.last_state = state
         # redact: a URI may carry credentials, and the report is shared
         if isinstance(source, (str, os.PathLike)):
@@ -227,13 +299,13 @@ class Pipeline:
                     else type(s).__name__ for s in source]
         else:
             desc = [f"<{type(source).__name__}>"]
-        report = build_report(self.spec, state, input_desc=desc, output_path=output,
+        report = build_report(spec, state, input_desc=desc, output_path=output,
                               output_written=written)
         try:
             from cleanpipe.gate import GateConfig, evaluate
         except ImportError:
             return report
-        gate = self.spec.gate if isinstance(self.spec.gate, GateConfig) else GateConfig()
+        gate = spec.gate if isinstance(spec.gate, GateConfig) else GateConfig()
         report["verdict"] = evaluate(report, gate)
         return report
 

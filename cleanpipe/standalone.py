@@ -123,14 +123,9 @@ def _back(batch: pa.RecordBatch, kind: str, original: Any = None) -> Any:
                 "remove: use ds.map(stage, batched=True)")
         return rows[0]
     if kind == "dataset":
-        import datasets
-        from datasets.table import InMemoryTable
+        from cleanpipe.result import as_dataset
 
-        table = pa.Table.from_batches([batch])
-        same = table.schema.equals(original.data.schema)
-        # the features (ClassLabel names, say) carry over when the columns kept their types
-        return datasets.Dataset(InMemoryTable(table), info=original.info.copy() if same
-                                else None)
+        return as_dataset(pa.Table.from_batches([batch]), original)
     if kind == "batch":
         return batch
     if kind == "table":

@@ -265,8 +265,6 @@ def test_nested_outputs_are_byte_identical_across_workers(tmp_path, capsys):
 def test_ray_engine_writes_the_same_nested_outputs(tmp_path):
     """The reader's fix events and drops travel with their rows on Ray as locally."""
     ray = pytest.importorskip("ray")
-    from cleanpipe.engine.ray_engine import run_ray
-
     src = _jsonl(tmp_path / "x.jsonl", [
         {"text": "a", "meta": {}, "n": 1}, {"text": "b", "meta": {}, "n": "x"},
         {"text": "c", "turns": [{}], "n": 2}, {"text": "a", "meta": None, "n": 3}])
@@ -276,7 +274,7 @@ def test_ray_engine_writes_the_same_nested_outputs(tmp_path):
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": repo}})
     try:
-        run_ray(Pipeline(stages=stages), src, tmp_path / "ray", workers=2)
+        Pipeline(stages=stages).run(src, tmp_path / "ray", workers=2, engine="ray")
     finally:
         ray.shutdown()
     for part in ("data", "quarantine"):

@@ -32,7 +32,7 @@ from tests.conftest import realdata
 
 ray = pytest.importorskip("ray")
 from cleanpipe.engine import ray_dedup  # noqa: E402
-from cleanpipe.engine.ray_engine import execute_ray, run_ray  # noqa: E402
+from cleanpipe.engine.ray_engine import execute_ray  # noqa: E402
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parents[1]
@@ -163,17 +163,49 @@ def test_dedup_without_rows_identical(cluster, tmp_path: Path) -> None:
     assert len(sections) == 2 and all(s["rows"] == 0 for s in sections)
 
 
-def test_run_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
+def test_run_on_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in
                            ["x <|endoftext|>", "x ", "", "y", "y", "z"]), encoding="utf-8")
     rep_local = _full(2)().run(src, tmp_path / "local")
-    rep_ray = run_ray(_full(2)(), src, tmp_path / "ray")
+    rep_ray = _full(2)().run(src, tmp_path / "ray", engine="ray")
     assert _comparable(rep_ray)["totals"] == _comparable(rep_local)["totals"]
     for sub in ("data", "quarantine"):
         a = pq.read_table(sorted((tmp_path / "local" / sub).glob("*.parquet"))).to_pylist()
         b = pq.read_table(sorted((tmp_path / "ray" / sub).glob("*.parquet"))).to_pylist()
         assert a == b and a
+
+
+def test_yaml_engine_ray_runs_on_ray_from_python_and_cli(cluster, tmp_path: Path) -> None:
+    """``engine: ray`` in the file is honoured by ``Pipeline.run`` and by the CLI (which calls
+    it), with ``report_dir`` written as locally; the grouping ran on the cluster."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["a", "b", "a", "c"]),
+                   encoding="utf-8")
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text("engine: ray\nbatch_size: 2\nstages:\n  - stage: exact_dedup\n",
+                    encoding="utf-8")
+    runs = len(ray_dedup.RUNS)
+    rep = Pipeline.from_yaml(yaml).run(src, tmp_path / "ray", report_dir=tmp_path / "rd")
+    assert len(ray_dedup.RUNS) == runs + 1  # exact_dedup grouped on the cluster
+    assert rep["timing"]["engine"] == "ray"
+    assert json.loads((tmp_path / "rd" / "report.json").read_text())["totals"] == rep["totals"]
+    assert (tmp_path / "rd" / "junit.xml").is_file()
+    local = Pipeline.from_yaml(yaml).run(src, tmp_path / "local", engine="local")
+    assert len(ray_dedup.RUNS) == runs + 1 and local["timing"]["engine"] == "local"
+    assert _comparable(rep)["totals"] == _comparable(local)["totals"]
+    for sub in ("data", "quarantine"):
+        a = pq.read_table(sorted((tmp_path / "local" / sub).glob("*.parquet"))).to_pylist()
+        b = pq.read_table(sorted((tmp_path / "ray" / sub).glob("*.parquet"))).to_pylist()
+        assert a == b and a
+
+    from cleanpipe.cli import main
+
+    assert main(["run", str(yaml), "--input", str(src), "--output", str(tmp_path / "cli"),
+                 "--report-dir", str(tmp_path / "cli-rd"), "--quiet"]) == 0
+    assert len(ray_dedup.RUNS) == runs + 2
+    cli = json.loads((tmp_path / "cli-rd" / "report.json").read_text())
+    assert cli["timing"]["engine"] == "ray" and cli["totals"] == rep["totals"]
 
 
 @pytest.mark.realdata

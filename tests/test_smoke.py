@@ -132,3 +132,38 @@ def test_tokenizer_from_the_pipeline(tmp_path) -> None:
     (tmp_path / "none.yaml").write_text("stages: []\n", "utf-8")
     assert main(["smoke", str(data), "--pipeline", str(tmp_path / "none.yaml")]) == 2
     assert main(["smoke", str(data)]) == 2
+
+
+def _cleaned_chat(tmp_path, data) -> str:
+    out = tmp_path / "cleaned"
+    assert main(["run", "cleanpipe/pipelines/sft_chat.yaml", "-i", str(data), "-o", str(out),
+                 "-q", "--no-progress"]) in (0, 1)
+    return str(out)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("source", [("sft_medicalgpt_zh", "sharegpt_zh_1K_format.jsonl"),
+                                    ("sft_llamafactory_demos", "v1_sft_demo.jsonl")])
+def test_smoke_passes_on_cleaned_chat(tmp_path, source) -> None:
+    """ShareGPT and OpenAI-style chat, cleaned by the shipped chat pipeline, rendered with
+    Qwen3's chat template: every step trains on the assistant turns."""
+    out = _cleaned_chat(tmp_path, realdata(*source))
+    report = tmp_path / "smoke.json"
+    code = main(["smoke", out, "--tokenizer", str(realdata("tokenizers", "qwen3")), "-n", "32",
+                 "--max-length", "512", "--report", str(report)])
+    result = json.loads(report.read_text("utf-8"))
+    assert code == 0 and result["passed"] and result["bad_rows"] == []
+    assert len(result["steps"]) == 4 and all(s["trainable_tokens"] > 0 for s in result["steps"])
+
+
+def test_chat_labels_are_the_assistant_turns() -> None:
+    from cleanpipe.cli import SAMPLE_DIR
+    from cleanpipe.commands.smoke import _tokenize
+
+    tok = load_tokenizer(SAMPLE_DIR / "tokenizer")
+    table = pa.table({"messages": [[{"role": "user", "content": "hello there"},
+                                    {"role": "assistant", "content": "hi friend"}]]})
+    ids, labels = _tokenize(table, tok, None, None, False)
+    trained = tok.tokenizer.decode([t for t in labels[0] if t != -100])
+    assert trained.strip() == "hi friend"
+    assert len(ids[0]) == len(labels[0]) > len([t for t in labels[0] if t != -100])

@@ -458,8 +458,6 @@ def test_uri_dir_error_during_run_uploads_nothing(tmp_path: Path) -> None:
 @pytest.mark.ray
 def test_ray_engine_reads_and_writes_s3(s3: S3, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray", reason="ray is not installed (the ray extra)")
-    from cleanpipe.engine.ray_engine import run_ray
-
     corpus = _corpus(tmp_path / "corpus")
     prefix = unique_prefix("ray")
     s3.upload(corpus, f"{prefix}/in")
@@ -473,7 +471,7 @@ def test_ray_engine_reads_and_writes_s3(s3: S3, tmp_path: Path) -> None:
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(repo)}})
     try:
-        run_ray(make(), s3.uri(f"{prefix}/in/"), s3.uri(f"{prefix}/out"))
+        make().run(s3.uri(f"{prefix}/in/"), s3.uri(f"{prefix}/out"), engine="ray")
     finally:
         ray.shutdown()
     _same_outputs(tmp_path / "local", s3.fs, f"cleanpipe-test/{prefix}/out")

@@ -46,6 +46,8 @@ __all__ = ["SmokeResult", "build_sequences", "configured_tokenizer", "load_token
 
 IGNORE = -100
 #: (prompt fields, response field) pairs tried in order when none are given.
+#: chat columns (ShareGPT ``conversations``, OpenAI ``messages``), rendered with the chat template
+CHAT_FIELDS = ("messages", "conversations")
 LAYOUTS = [(["prompt"], "completion"), (["instruction", "input"], "output"),
            (["prompt"], "response"), (["question"], "answer"), (["prompt"], "chosen")]
 
@@ -58,38 +60,31 @@ class Tok:
     vocab_size: int
     pad_id: int | None
     eos_id: int | None
+    chat: Any = None  # the tokenizer's chat template (a ChatTemplate), when it has one
 
 
 def load_tokenizer(path: str | Path) -> Tok:
     """A ``tokenizer.json`` (or a folder holding one, with ``tokenizer_config.json`` for the pad
-    and eos tokens). Raises OSError when it cannot be read."""
-    from tokenizers import Tokenizer
+    and eos tokens and the chat template), loaded as the length stages load it. Raises
+    OSError when it cannot be read."""
+    from cleanpipe.templating.chat import ChatTemplate
+    from cleanpipe.templating.tokenizer import LoadedTokenizer
 
-    p = Path(path)
-    file = p / "tokenizer.json" if p.is_dir() else p
-    if not file.is_file():
-        raise FileNotFoundError(f"{file}: no tokenizer.json")
     try:
-        tok = Tokenizer.from_file(str(file))
+        loaded = LoadedTokenizer.load(path)
+    except OSError:
+        raise
     except Exception as e:  # tokenizers raises its own Exception type for bad files
-        raise OSError(f"{file}: not a tokenizer.json: {e}") from e
-    # Some tokenizer.json files pad/truncate to a fixed length (BERT's: 128); a trainer's
-    # collator does the padding, so both are off here.
-    tok.no_padding()
-    tok.no_truncation()
-    config: dict[str, Any] = {}
-    cfg = file.with_name("tokenizer_config.json")
-    if cfg.is_file():
-        config = json.loads(cfg.read_text("utf-8"))
+        raise OSError(f"{path}: not a tokenizer.json: {e}") from e
 
     def token_id(key: str) -> int | None:
-        value = config.get(key)
-        if isinstance(value, dict):
-            value = value.get("content")
-        return tok.token_to_id(value) if isinstance(value, str) else None
+        text = loaded.token_text(key)
+        return loaded.tokenizer.token_to_id(text) if text is not None else None
 
-    return Tok(tok, tok.get_vocab_size(with_added_tokens=True), token_id("pad_token"),
-               token_id("eos_token"))
+    source = loaded.chat_template
+    chat = ChatTemplate(source, loaded.special_token_strings()) if source else None
+    return Tok(loaded.tokenizer, loaded.vocab_size, token_id("pad_token"), token_id("eos_token"),
+               chat)
 
 
 def build_sequences(prompt_ids: list[list[int]], response_ids: list[list[int]], *,
@@ -121,6 +116,37 @@ def _prompts(table: pa.Table, fields: list[str]) -> list[str]:
     # alpaca: instruction and input joined by a blank line, an empty input adds nothing
     parts = [[v for v in vals if v] for vals in zip(*(c.to_pylist() for c in cols), strict=True)]
     return ["\n\n".join(p) for p in parts]
+
+
+def _has_layout(table: pa.Table) -> bool:
+    names = set(table.column_names)
+    return any(r in names and p[0] in names for p, r in LAYOUTS)
+
+
+def _chat_sequences(table: pa.Table, field_name: str, tok: Tok
+                    ) -> tuple[list[list[int]], list[list[int]]]:
+    """Conversations rendered with the tokenizer's chat template, as the trainers render
+    them; labels are the tokens of the assistant turns (the rest, and pad tokens, ignored).
+    A row whose template fails to render trains on nothing, which the run then reports."""
+    from cleanpipe.templating.chat import to_messages
+    from cleanpipe.templating.sequences import render_chat_rows
+
+    if tok.chat is None:
+        raise KeyError(f"{field_name} (chat data needs a tokenizer with a chat_template in "
+                       "its tokenizer_config.json)")
+    rows = [to_messages(r, {}) for r in table.column(field_name).to_pylist()]
+    rendered = render_chat_rows(rows, tok.chat)
+    texts = [t or "" for t in rendered.texts.to_pylist()]
+    encs = tok.tokenizer.encode_batch(texts, add_special_tokens=False)
+    ids_out, labels_out = [], []
+    for enc, spans in zip(encs, rendered.spans, strict=True):
+        labels = [IGNORE] * len(enc.ids)
+        for k, (t, (a, b)) in enumerate(zip(enc.ids, enc.offsets, strict=True)):
+            if b > a and any(a < e and b > s_ for s_, e in spans) and t != tok.pad_id:
+                labels[k] = t
+        ids_out.append(list(enc.ids))
+        labels_out.append(labels)
+    return ids_out, labels_out
 
 
 def _layout(table: pa.Table, prompt_fields: list[str] | None,
@@ -160,6 +186,9 @@ def _tokenize(table: pa.Table, tok: Tok, prompt_fields: list[str] | None,
         else:
             labels = [list(x or []) for x in ids]
         return [list(x or []) for x in ids], [list(x or []) for x in labels]
+    chat_field = next((c for c in CHAT_FIELDS if c in table.column_names), None)
+    if chat_field is not None and not response_field and not _has_layout(table):
+        return _chat_sequences(table, chat_field, tok)
     pf, rf = _layout(table, prompt_fields, response_field)
     prompts = _prompts(table, pf) if pf else [""] * table.num_rows
     responses = _text(table, rf).to_pylist()

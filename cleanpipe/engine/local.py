@@ -93,6 +93,7 @@ class RunState:
     read_fixes: dict[str, list[int]] = field(default_factory=dict)
     read_examples: list[dict[str, Any]] = field(default_factory=list)
     fingerprint: Any = field(default_factory=xxhash.xxh3_128)
+    revisions: dict[str, str] = field(default_factory=dict)  # Hub shard name -> revision
     text_fields: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     wall: float = 0.0
@@ -229,6 +230,10 @@ def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray,
 def _fingerprint_shard(state: RunState, shard: Shard) -> None:
     h = state.fingerprint
     h.update(shard.name.encode())
+    if shard.revision is not None:  # a streamed Hub dataset: its commit names its content
+        state.revisions[shard.name] = shard.revision
+        h.update(shard.revision.encode())
+        return
     if shard.path is None:
         return
     if shard.prefetched is not None:

@@ -319,14 +319,3 @@ def _run_segment(chunks: Any, stages: list[Stage], seg_i: int,
     )
     return _in_order(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
 
-
-def run_ray(pipe: Any, input: Any, output: str | Path | None, *, overwrite: bool = False,
-            address: str | None = None, workers: int | None = None,
-            progress: bool = False) -> dict[str, Any]:
-    """``Pipeline.run`` on Ray: same outputs, same report dict."""
-
-    def executor(spec: PipelineSpec, source: Any, sinks: Sinks, **kw: Any) -> Iterator[Rows]:
-        return execute_ray(spec, source, sinks, address=address, **kw)
-
-    return pipe.run(input, output, overwrite=overwrite, workers=workers, progress=progress,
-                    executor=executor)
