@@ -30,7 +30,7 @@ demo: $(BASE)
 # CI=true any skip off tests/allowed_skips.txt fails the run); then the wall time of it all
 test: $(FULL)
 	@start=$$(date +%s); status=0; \
-	$(PY) -m pytest -m "not slow" cleanpipe tests || status=$$?; \
+	$(PY) -m pytest -m "not slow" --durations=15 cleanpipe tests || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s"; exit $$status
 
 test-slow: $(FULL)

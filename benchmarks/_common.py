@@ -86,6 +86,11 @@ class Measurement:
     #: 1-minute load average when the run started and ended: this machine may be shared, and
     #: a load above its core count means the figures include other work's contention.
     load: tuple[float, float] = (0.0, 0.0)
+    #: Mean number of runnable tasks on the machine while the run lasted (the measured tool's
+    #: own included, this sampler excluded), sampled with the memory: unlike the 1-minute
+    #: load average it does not lag, so a short burst of other work before the run does not
+    #: show, and one during it does.
+    runnable_mean: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -114,6 +119,55 @@ def _tree_pids(root: int) -> list[int]:
     return out
 
 
+def runnable_tasks() -> int:
+    """Tasks running or ready to run on the machine now (``/proc/loadavg``'s 4th field)."""
+    with open("/proc/loadavg") as fh:
+        return int(fh.read().split()[3].split("/")[0])
+
+
+class LoadWatch:
+    """How loaded the machine was while a block of code ran in this process.
+
+    ``load``: the 1-minute load average at entry and exit; ``runnable_mean``: the mean of
+    :func:`runnable_tasks` sampled every ``interval`` seconds in between (this process's
+    running thread included, the sampling thread not).
+
+        >>> with LoadWatch(0.01) as w:
+        ...     _ = sum(range(10**6))
+        >>> w.runnable_mean >= 0 and len(w.load) == 2
+        True
+    """
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.load = (0.0, 0.0)
+        self.runnable_mean = 0.0
+        self._samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self._samples.append(runnable_tasks() - 1)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> LoadWatch:
+        self._start = os.getloadavg()[0]
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.load = (self._start, os.getloadavg()[0])
+        if self._samples:
+            self.runnable_mean = sum(self._samples) / len(self._samples)
+
+    def cell(self) -> str:
+        """``2.1→2.4 [3.0]``: load average at start and end, [mean runnable tasks]."""
+        return f"{self.load[0]:.1f}→{self.load[1]:.1f} [{self.runnable_mean:.1f}]"
+
+
 def _pss_kb(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as fh:
@@ -130,12 +184,14 @@ class _TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.interval = pid, interval
         self.peak_kb = 0
+        self.runnable: list[int] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             total = sum(_pss_kb(p) for p in _tree_pids(self.pid))
             self.peak_kb = max(self.peak_kb, total)
+            self.runnable.append(runnable_tasks() - 1)  # this sampling thread is one of them
             self.stop.wait(self.interval)
 
 
@@ -183,6 +239,8 @@ def measure(
         stdout=stdout,
         stderr=stderr,
         load=(load0, os.getloadavg()[0]),
+        runnable_mean=(sum(sampler.runnable) / len(sampler.runnable)) if sampler.runnable
+        else 0.0,
     )
 
 
@@ -201,10 +259,16 @@ def md_table(headers: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
-def write_result(topic: str, body: str) -> Path:
-    """Write ``benchmarks/results/<topic>.md``, first line the exact command that made it."""
+def write_result(topic: str, body: str, *, command: str | None = None,
+                 measured: str | None = None) -> Path:
+    """Write ``benchmarks/results/<topic>.md``, first line the exact command that made it.
+
+    ``command`` and ``measured`` default to this process's command line and now; a report
+    rebuilt later from saved runs passes the measurement's own.
+    """
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{topic}.md"
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    path.write_text(f"Command: `{command_line()}`\n\nMeasured {stamp}.\n\n{body.rstrip()}\n")
+    stamp = measured or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path.write_text(f"Command: `{command or command_line()}`\n\nMeasured {stamp}.\n\n"
+                    f"{body.rstrip()}\n")
     return path

@@ -48,6 +48,15 @@ def assemble(failed: dict[str, int]) -> Path:
         " `benchmarks/results/*.md`; do not edit by hand. Each section begins with the exact"
         " command that produced its figures; rerun that command to reproduce one section.",
         f"Assembled {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        "",
+        "Which figure is which: `peers` times every tool from the same cache state, giving"
+        " cleanpipe **cold** (its numba kernel cache emptied just before the run, as on a"
+        " fresh CI runner) and **warm** (cache left by its previous run) figures; its headline"
+        " ratios are cold against cold; every cell is the median (min–max) of interleaved"
+        " rounds with each run's load average. `dedup` is warm for every method (cleanpipe's"
+        " one-off compile is reported apart), hashes compared like for like, medians of"
+        " interleaved rounds. The other sections time cleanpipe with its kernels already"
+        " cached by earlier runs (warm) and use one run or the best of several, as each says.",
     ]
     if failed:
         parts += ["", "**Failed in this run** (their sections below are from an earlier run, if"

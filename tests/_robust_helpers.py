@@ -37,3 +37,20 @@ def read_parts(folder: Path) -> pa.Table:
 
 def report(out: Path) -> dict[str, Any]:
     return json.loads((out / "report.json").read_text(encoding="utf-8"))
+
+
+def output_files(out: Path) -> dict[str, bytes]:
+    """Every file of an output folder by relative path, reports aside (they hold timings:
+    compare them with :func:`stable_report`)."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and not p.name.startswith("report.") and p.name != "junit.xml"}
+
+
+def stable_report(out: Path) -> dict[str, Any]:
+    """report.json without what changes from run to run (timings, the output path)."""
+    rep = report(out)
+    rep.pop("timing")
+    rep["output"].pop("path")
+    for s in rep["stages"]:
+        s.pop("seconds")
+    return rep

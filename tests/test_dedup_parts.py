@@ -62,6 +62,33 @@ def test_same_passage_different_question_kept_edited_copy_dropped() -> None:
     assert 4 in joined
 
 
+def test_scattered_edits_in_short_sentences_are_copies_replaced_questions_are_not() -> None:
+    """One word edited in a one-word label, a two-word code line and a three-word sentence
+    fails the sentence test but is a near copy; a question replaced by another (asked with
+    or without ``?``, one word of three or a whole statement) is not."""
+    body = " ".join(f"Line{i} of the long report says item {i} costs {i} dollars." for i in
+                    range(40))
+    code = "Read it: getline(cin, dummy); then stop."
+
+    def prompt(head: str, tail: str, code_line: str = code, short: str = "It is late.") -> str:
+        return f"{head} {body} {short} {code_line} {tail}"
+
+    rows = {
+        "prompt": [prompt("Summarize:", "Who came first?"),
+                   prompt("A:", "Who came first?"),                             # label
+                   prompt("Summarize:", "Who came first?",
+                          code.replace("getline(cin,", "cin(cin,")),          # code line
+                   prompt("Summarize:", "Who came first?", short="It is early."),
+                   prompt("Summarize:", "Who came last?"),                      # question
+                   prompt("Summarize:", "__ sat for Morbihan."),
+                   prompt("Summarize:", "__ was succeeded by Adolphe Thiers.")],
+        "completion": [ANSWER] * 7,
+    }
+    dropped = _dropped(MinHashDedup(), pa.table(rows), ["prompt", "completion"])
+    assert sorted(dropped) == [1, 2, 3]
+    assert all("near-duplicate of row r0" in dropped[i] for i in (1, 2, 3))
+
+
 def test_report_shows_where_each_part_differs() -> None:
     edited = PASSAGE.replace("several members", "several council members")
     table = pa.table({"prompt": [_qa("When did the committee meet?"),

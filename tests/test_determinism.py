@@ -9,25 +9,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests._robust_helpers import cli, write_pipeline
+from tests._robust_helpers import cli, output_files, stable_report, write_pipeline
 from tests.conftest import realdata
 
 STAGES = "[{stage: regex_filter, patterns: {q: '\\\\?$', url: 'https?://'}, action: drop}]"
-
-
-def _files(out: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            # reports hold timings: report.json is compared apart from them below
-            if p.is_file() and not p.name.startswith("report.") and p.name != "junit.xml"}
-
-
-def _stable_report(out: Path) -> dict:
-    rep = json.loads((out / "report.json").read_text("utf-8"))
-    rep.pop("timing")
-    rep["output"].pop("path")
-    for s in rep["stages"]:
-        s.pop("seconds")
-    return rep
 
 
 def _run(tmp_path, capsys, src, name, *args):
@@ -61,16 +46,16 @@ def test_byte_identical_across_runs_workers_and_batches(tmp_path, capsys, which)
     a = _run(tmp_path, capsys, src, "a", "--workers", "1")
     b = _run(tmp_path, capsys, src, "b", "--workers", "1")
     c = _run(tmp_path, capsys, src, "c", "--workers", "2", "--batch-size", "97")
-    fa, fb, fc = _files(a), _files(b), _files(c)
+    fa, fb, fc = output_files(a), output_files(b), output_files(c)
     assert {"events.parquet", "_SUCCESS"} <= set(fa)
     assert any(k.startswith("quarantine/") for k in fa) and any(k.startswith("data/") for k in fa)
     assert fa == fb
     assert fa == fc
-    ra = _stable_report(a)
-    assert ra == _stable_report(b)
+    ra = stable_report(a)
+    assert ra == stable_report(b)
     # the batch size and workers are recorded with the timings; the rest must agree,
     # config_hash included
-    assert ra == _stable_report(c)
+    assert ra == stable_report(c)
     assert ra["totals"]["quarantined"] > 0
     if which == "fixture":  # parse, decode and regex drops all present
         assert {r["code"] for r in ra["reasons"]} >= {"parse_error", "decode_error", "regex_match"}
@@ -203,7 +188,7 @@ def _outputs(tmp_path, capsys, src, stages: str, name: str, *args: str) -> dict[
     out = tmp_path / name
     code, _, err = cli(capsys, "run", str(pipe), "-o", str(out), "-q", "--no-progress", *args)
     assert code in (0, 1), err
-    return {k: v for k, v in _files(out).items() if k != "_SUCCESS"}
+    return {k: v for k, v in output_files(out).items() if k != "_SUCCESS"}
 
 
 def test_events_and_quarantine_do_not_depend_on_the_batch_size(tmp_path, capsys):

@@ -56,7 +56,7 @@ def _run(pipe: Path, out: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def t0(tmp_path_factory) -> dict[str, Path]:
+def t0(tmp_path_factory, shared_data: Path) -> dict[str, Path]:
     """The pipeline over the first t0 shards holding >= 20,000 records, its uninterrupted
     output, and a previous output (of fewer shards) for a killed ``--overwrite`` to spare."""
     folder = realdata("sft_self_instruct_t0_50k", "data_per_template")

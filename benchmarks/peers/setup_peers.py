@@ -41,10 +41,12 @@ PEERS: dict[str, dict[str, object]] = {
         # py-data-juicer loads ftfy (fix_unicode_mapper), scipy (MinHash band optimiser) and
         # transformers (token_num_filter) lazily and would pip-install them mid-run; install
         # them up front so the timed run does not include an install. aiohttp: imported by
-        # data_juicer.utils.file_utils but missing from its requirements.
-        "packages": ["py-data-juicer", "ftfy", "scipy", "transformers", "aiohttp"],
+        # data_juicer.utils.file_utils but missing from its requirements. torch: its
+        # LazyLoader imports it during a run and, when missing, installs it there with uv
+        # (~5 GB with the CUDA wheels), which once took most of a timed run.
+        "packages": ["py-data-juicer", "ftfy", "scipy", "transformers", "aiohttp", "torch"],
         "check": "from data_juicer.config import init_configs; "
-        "from data_juicer.core import DefaultExecutor; import ftfy, scipy, transformers",
+        "from data_juicer.core import DefaultExecutor; import ftfy, scipy, transformers, torch",
         "version_of": "py-data-juicer",
     },
 }

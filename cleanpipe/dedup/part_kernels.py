@@ -3,13 +3,15 @@
 Each row's verification record is one flat uint32 slice (so every store, Arrow column and
 shuffle that carries a joined shingle set carries it unchanged)::
 
-    [n_response, n_sentences, size of each sentence...,
-     response shingle set, each prompt sentence's word set]
+    [n_response, n_sentences, n_words, size of each sentence..., 1 for each sentence
+     ending at "?" (else 0)..., response shingle set, each prompt sentence's word set,
+     the prompt's words in order]
 
 The shingle set is sorted and unique, as in joined mode. A *sentence* is a span of the
 normalised prompt ending at ``. ? ! ; :`` before a space (anywhere in character-shingled
 rows), at ``。``, or at a closing double quote (before a space); its word set is the
-sorted unique XXH32 of its words (code points in character-shingled rows).
+sorted unique XXH32 of its words (code points in character-shingled rows); the ordered
+words are the same hashes in text order.
 
 Two records are near duplicates when the response shingle sets reach the threshold (two
 empty responses count as equal, an empty and a non-empty one as different) and every
@@ -24,6 +26,13 @@ two sentences. The sentence test is what tells a different question about the sa
 passage (one sentence with no counterpart) from a copy with a few words edited (every
 sentence still has one). A question that adds a word or two to another ("Where do you run
 Windows 8?", "... Windows 8 Enterprise?") is a different question.
+
+Prompts failing the sentence test are still near copies when their edits are few and
+scattered (:func:`prompts_near`): the ordered words are at most max(:data:`SCATTERED_MIN`,
+shorter length // :data:`SCATTERED_PER`) edits apart, every sentence ending at ``?``
+passes the sentence test, and every other sentence passes it or differs from one of the
+other prompt's by one word. This catches one-word edits in short sentences (a label, a
+code line) without merging a replaced question, whether asked with ``?`` or not.
 """
 
 from __future__ import annotations
@@ -34,12 +43,16 @@ from numba import njit
 from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
 from cleanpipe.dedup.kernels import MODE_WORD, xxh32
 
-HEADER = 2
+HEADER = 3
 #: words of a sentence, and of what a longer one adds to it, from which the longer one
 #: counts as the sentence merged with another (its full stop edited away)
 MERGED = 6
 #: words from which a sentence with two words replaced counts as copied (one word: half)
 EDITED_SENTENCE = 8
+#: prompts this many words apart (insertions, deletions, replacements) are near copies
+#: when their questions are: one word in SCATTERED_PER, and at least SCATTERED_MIN
+SCATTERED_PER = 50
+SCATTERED_MIN = 2
 
 
 @njit(cache=True, inline="always")
@@ -55,16 +68,23 @@ def _ends_sentence(data: np.ndarray, i: int, end: int, mode: int) -> bool:
 
 @njit(cache=True)
 def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
-                  seed: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Word sets of every sentence of every document: ``(values, sizes, doc_off)``;
-    document ``d`` owns sentences ``doc_off[d]:doc_off[d+1]``, sentence ``k`` holds
-    ``sizes[k]`` values (sentences without words are left out)."""
+                  seed: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                            np.ndarray, np.ndarray]:
+    """Word sets of every sentence of every document, and each document's words in order:
+    ``(values, sizes, doc_off, questions, words, word_off)``; document ``d`` owns
+    sentences ``doc_off[d]:doc_off[d+1]``, sentence ``k`` holds ``sizes[k]`` values
+    (sentences without words are left out) and ``questions[k]`` is 1 when it ends at
+    ``?``; document ``d``'s words are ``words[word_off[d]:word_off[d+1]]``."""
     n_docs = offsets.size - 1
     values = np.empty(max(data.size, 1), dtype=np.uint32)
     sizes = np.empty(max(data.size, 1), dtype=np.int64)
+    questions = np.zeros(max(data.size, 1), dtype=np.uint32)
     doc_off = np.zeros(n_docs + 1, dtype=np.int64)
+    words = np.empty(max(data.size, 1), dtype=np.uint32)
+    word_off = np.zeros(n_docs + 1, dtype=np.int64)
     nv = 0
     ns = 0
+    nw = 0
     for d in range(n_docs):
         begin, end = offsets[d], offsets[d + 1]
         mode = modes[d]
@@ -86,7 +106,12 @@ def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
                     j += 1
                 closes = _ends_sentence(data, j - 1, end, mode)
             values[nv] = np.uint32(xxh32(data, i, j, seed))
+            words[nw] = values[nv]
             nv += 1
+            nw += 1
+            # "?" ends the unit, or comes just before its closing quote
+            asks = closes and (data[j - 1] == 63 or (j - i >= 2 and data[j - 1] == 34
+                                                      and data[j - 2] == 63))
             i = j
             if closes or i >= end:
                 seg = values[sent_start:nv]
@@ -99,34 +124,43 @@ def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
                 nv = sent_start + w
                 if w > 0:
                     sizes[ns] = w
+                    questions[ns] = asks
                     ns += 1
                 sent_start = nv
         doc_off[d + 1] = ns
-    return values[:nv].copy(), sizes[:ns].copy(), doc_off
+        word_off[d + 1] = nw
+    return (values[:nv].copy(), sizes[:ns].copy(), doc_off, questions[:ns].copy(),
+            words[:nw].copy(), word_off)
 
 
 @njit(cache=True)
 def pack(r_sets: np.ndarray, r_off: np.ndarray, s_vals: np.ndarray, s_sizes: np.ndarray,
-         s_doc_off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+         s_doc_off: np.ndarray, questions: np.ndarray, words: np.ndarray,
+         word_off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's verification record (module docstring), flat, with its offsets."""
     n = r_off.size - 1
     off = np.zeros(n + 1, dtype=np.int64)
     for d in range(n):
         ns = s_doc_off[d + 1] - s_doc_off[d]
-        words = 0
+        in_sets = 0
         for k in range(s_doc_off[d], s_doc_off[d + 1]):
-            words += s_sizes[k]
-        off[d + 1] = off[d] + HEADER + ns + (r_off[d + 1] - r_off[d]) + words
+            in_sets += s_sizes[k]
+        off[d + 1] = (off[d] + HEADER + 2 * ns + (r_off[d + 1] - r_off[d]) + in_sets
+                      + (word_off[d + 1] - word_off[d]))
     out = np.empty(off[n], dtype=np.uint32)
     sv = 0
     for d in range(n):
         o = off[d]
+        ns = s_doc_off[d + 1] - s_doc_off[d]
         out[o] = r_off[d + 1] - r_off[d]
-        out[o + 1] = s_doc_off[d + 1] - s_doc_off[d]
+        out[o + 1] = ns
+        out[o + 2] = word_off[d + 1] - word_off[d]
         o += HEADER
         for k in range(s_doc_off[d], s_doc_off[d + 1]):
             out[o] = s_sizes[k]
+            out[o + ns] = questions[k]
             o += 1
+        o += ns
         for t in range(r_off[d], r_off[d + 1]):
             out[o] = r_sets[t]
             o += 1
@@ -135,6 +169,9 @@ def pack(r_sets: np.ndarray, r_off: np.ndarray, s_vals: np.ndarray, s_sizes: np.
                 out[o] = s_vals[sv]
                 o += 1
                 sv += 1
+        for t in range(word_off[d], word_off[d + 1]):
+            out[o] = words[t]
+            o += 1
     return out, off
 
 
@@ -192,23 +229,28 @@ def _copied(v: np.ndarray, p: int, pe: int, q: int, qe: int, at_least: float) ->
 
 
 @njit(cache=True)
-def _sentences_covered(v: np.ndarray, a: int, b: int, at_least: float) -> bool:
-    """Every prompt sentence of record ``a`` has a near copy among record ``b``'s."""
+def _sentences_covered(v: np.ndarray, a: int, b: int, at_least: float,
+                       one_word: bool) -> bool:
+    """Every prompt sentence of record ``a`` has a near copy among record ``b``'s; with
+    ``one_word``, a sentence not ending at ``?`` may instead differ from one of them by a
+    single word (replaced, added or left out)."""
     na_s, nb_s = v[a + 1], v[b + 1]
-    if na_s and not nb_s:
-        return False
     starts = np.empty(nb_s + 1, dtype=np.int64)
-    starts[0] = b + HEADER + nb_s + v[b]
+    starts[0] = b + HEADER + 2 * nb_s + v[b]
     for y in range(nb_s):
         starts[y + 1] = starts[y] + v[b + HEADER + y]
-    pa_ = a + HEADER + na_s + v[a]
+    pa_ = a + HEADER + 2 * na_s + v[a]
     nxt = 0  # copies keep their order: look after the previous match first
     for x in range(na_s):
         xs = v[a + HEADER + x]
+        loose = one_word and v[a + HEADER + na_s + x] == 0
         found = False
         for k in range(nb_s):
             y = (nxt + k) % nb_s
-            if _copied(v, pa_, pa_ + xs, starts[y], starts[y + 1], at_least):
+            ys = starts[y + 1] - starts[y]
+            if ((loose and abs(xs - ys) <= 1
+                    and _common(v, pa_, pa_ + xs, starts[y], starts[y + 1]) >= max(xs, ys) - 1)
+                    or _copied(v, pa_, pa_ + xs, starts[y], starts[y + 1], at_least)):
                 found = True
                 nxt = y + 1
                 break
@@ -219,25 +261,80 @@ def _sentences_covered(v: np.ndarray, a: int, b: int, at_least: float) -> bool:
 
 
 @njit(cache=True)
+def _words_at(v: np.ndarray, a: int) -> int:
+    """Where record ``a``'s prompt words (in order) start."""
+    ns = v[a + 1]
+    p = a + HEADER + 2 * ns + v[a]
+    for k in range(ns):
+        p += v[a + HEADER + k]
+    return p
+
+
+@njit(cache=True)
+def _within_edits(v: np.ndarray, p: int, n: int, q: int, m: int, limit: int) -> bool:
+    """The word sequences ``v[p:p+n]`` and ``v[q:q+m]`` are at most ``limit`` word
+    insertions, deletions or replacements apart (Levenshtein in a band of ``limit``)."""
+    if abs(n - m) > limit:
+        return False
+    big = limit + 1
+    prev = np.empty(m + 1, dtype=np.int64)
+    cur = np.empty(m + 1, dtype=np.int64)
+    for j in range(m + 1):
+        prev[j] = j if j <= limit else big
+    for i in range(1, n + 1):
+        lo, hi = max(1, i - limit), min(m, i + limit)
+        cur[0] = i if i <= limit else big
+        if lo > 1:
+            cur[lo - 1] = big
+        best = cur[0] if lo == 1 else big
+        for j in range(lo, hi + 1):
+            c = prev[j - 1] + (v[p + i - 1] != v[q + j - 1])
+            c = min(c, prev[j] + 1) if j <= i - 1 + limit else c
+            c = min(c, cur[j - 1] + 1)
+            cur[j] = min(c, big)
+            best = min(best, cur[j])
+        if hi < m:
+            cur[hi + 1] = big
+        if best > limit:
+            return False
+        prev, cur = cur, prev
+    return prev[m] <= limit
+
+
+@njit(cache=True)
+def prompts_near(v: np.ndarray, a: int, b: int, at_least: float) -> bool:
+    """The prompts of records ``a`` and ``b`` are near copies (module docstring)."""
+    if (v[a + 1] and not v[b + 1]) or (v[b + 1] and not v[a + 1]):
+        return False
+    if (_sentences_covered(v, a, b, at_least, False)
+            and _sentences_covered(v, b, a, at_least, False)):
+        return True
+    n, m = v[a + 2], v[b + 2]
+    limit = max(SCATTERED_MIN, min(n, m) // SCATTERED_PER)
+    return (_sentences_covered(v, a, b, at_least, True)
+            and _sentences_covered(v, b, a, at_least, True)
+            and _within_edits(v, _words_at(v, a), n, _words_at(v, b), m, limit))
+
+
+@njit(cache=True)
 def pair_similarity(values: np.ndarray, off: np.ndarray, left: np.ndarray,
                     right: np.ndarray, at_least: float) -> np.ndarray:
     """The response Jaccard of each record pair.
 
-    With ``at_least`` > 0, a pair whose responses stay below it, or whose prompts fail the
-    sentence test at it, gets -1 (not a near duplicate); sizes alone rule many pairs out.
+    With ``at_least`` > 0, a pair whose responses stay below it, or whose prompts are no
+    near copies at it (:func:`prompts_near`), gets -1 (not a near duplicate); sizes alone
+    rule many pairs out.
     """
     out = np.empty(left.size, dtype=np.float64)
     for t in range(left.size):
         a, b = off[left[t]], off[right[t]]
-        ra, rb = a + HEADER + values[a + 1], b + HEADER + values[b + 1]
+        ra, rb = a + HEADER + 2 * values[a + 1], b + HEADER + 2 * values[b + 1]
         nr_a, nr_b = values[a], values[b]
         if at_least > 0.0 and _bound(nr_a, nr_b) < at_least - 1e-9:
             out[t] = -1.0
             continue
         jr = _jaccard(values, ra, ra + nr_a, rb, rb + nr_b)
-        if at_least > 0.0 and (jr < at_least
-                               or not _sentences_covered(values, a, b, at_least)
-                               or not _sentences_covered(values, b, a, at_least)):
+        if at_least > 0.0 and (jr < at_least or not prompts_near(values, a, b, at_least)):
             jr = -1.0
         out[t] = jr
     return out

@@ -39,9 +39,11 @@ from cleanpipe.engine.ordering import events_in_seq_order, quarantine_in_seq_ord
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.engine.shard_quarantine import ShardQuarantine
 from cleanpipe.fault_points import pause_point
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.io.filesystems import is_local, iter_blocks, read_bytes, reason
+from cleanpipe.io.line_blocks import block_bytes_from_env
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
 from cleanpipe.io.schemas import check_fields_seen, with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
@@ -93,6 +95,7 @@ class RunState:
     read_fixes: dict[str, list[int]] = field(default_factory=dict)
     read_examples: list[dict[str, Any]] = field(default_factory=list)
     fingerprint: Any = field(default_factory=xxhash.xxh3_128)
+    revisions: dict[str, str] = field(default_factory=dict)  # Hub shard name -> revision
     text_fields: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     wall: float = 0.0
@@ -197,16 +200,17 @@ def _row_ids(chunk: Chunk, id_field: str | None) -> pa.Array:
     return pc.binary_join_element_wise(f"{chunk.shard.name}:", nums, "")
 
 
-def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray,
-                     state: RunState) -> pa.Table:
-    """Count the reader's changes to ``chunk`` and return one ``fix`` event per row and field."""
+def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray, state: RunState,
+                     examples: list[dict[str, Any]]) -> pa.Table:
+    """Count the reader's changes to ``chunk`` and return one ``fix`` event per row and
+    field; the first few go to ``examples`` (a shard's, added after its unreadable records)."""
     pos = np.concatenate([f.rows for f in chunk.fixes]).astype(np.int64)
     for f in chunk.fixes:
         entry = state.read_fixes.setdefault(f.code, [0, 0])
         entry[0] += int(f.rows.size)
-        shown = sum(1 for e in state.read_examples if e["code"] == f.code)
+        shown = sum(1 for e in (*state.read_examples, *examples) if e["code"] == f.code)
         for p in f.rows[:max(0, 5 - shown)].tolist():
-            state.read_examples.append({
+            examples.append({
                 "stage": "read", "code": f.code, "action": "fix", "row_id": ids[p].as_py(),
                 "field": f.field, "detail": f.detail, "before": None, "after": None})
     for code in {f.code for f in chunk.fixes}:
@@ -226,9 +230,28 @@ def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray,
     })
 
 
+def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` in buffers of its own when it is a slice of larger ones (a batch of a big
+    file's table): pickling a slice sends the whole buffers, so every task, result and spill
+    of a big file would carry all of its rows.
+
+        >>> big = pa.RecordBatch.from_pydict({"t": ["x" * 100] * 1000})
+        >>> part = compact(big.slice(0, 10))
+        >>> part.get_total_buffer_size() < big.get_total_buffer_size() // 10
+        True
+    """
+    if batch.get_total_buffer_size() <= 2 * batch.nbytes + 4096:
+        return batch
+    return batch.take(pa.array(np.arange(batch.num_rows, dtype=np.int64)))
+
+
 def _fingerprint_shard(state: RunState, shard: Shard) -> None:
     h = state.fingerprint
     h.update(shard.name.encode())
+    if shard.revision is not None:  # a streamed Hub dataset: its commit names its content
+        state.revisions[shard.name] = shard.revision
+        h.update(shard.revision.encode())
+        return
     if shard.path is None:
         return
     if shard.prefetched is not None:
@@ -260,7 +283,8 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
     inp = spec.input
     opts = ReadOptions(batch_size=spec.batch_size, encoding=inp.encoding,
                        on_parse_error=inp.on_parse_error, on_decode_error=inp.on_decode_error,
-                       csv_delimiter=inp.csv_delimiter, text_column=inp.text_column)
+                       csv_delimiter=inp.csv_delimiter, text_column=inp.text_column,
+                       block_bytes=block_bytes_from_env())
     shards = resolve_sources(source, inp.format)
     state.input_bytes = sum(s.size for s in shards)
     progress.set_total_bytes(state.input_bytes)
@@ -274,6 +298,9 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
         shard = _fetch_once(shard)
         _fingerprint_shard(state, shard)
         top = 0
+        # examples of the reader's fixes follow the shard's unreadable records, wherever
+        # in the file (in whichever block) those are found
+        fix_examples: list[dict[str, Any]] = []
         for chunk in read_shard(shard, opts):
             progress.advance_bytes(chunk.bytes_read)
             n = chunk.batch.num_rows
@@ -309,15 +336,16 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
             seq = base + np.asarray(chunk.numbers, dtype=np.int64)
             seen.update(chunk.batch.schema.names)
             # a text field missing from a whole file reads as nulls, as a missing key does
-            batch = with_text_fields(chunk.batch, spec.fields or state.text_fields)
+            batch = compact(with_text_fields(chunk.batch, spec.fields or state.text_fields))
             rows = Rows(batch, batch, ids, seq, shard.name, None, unreadable)
             if chunk.fixes:
-                rows.read_events = _read_fix_events(chunk, ids, seq, state)
+                rows.read_events = _read_fix_events(chunk, ids, seq, state, fix_examples)
             state.read += n
             progress.advance_rows(n)
             if state.read > n:  # the second batch: the workers have the first
                 pause_point("read")
             yield rows
+        state.read_examples.extend(fix_examples)
         base += top + 1
     if spec.fields and seen:
         check_fields_seen(spec.fields, seen)
@@ -423,18 +451,20 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
         # one entry per batch the previous global stage decided on, in batch order
         pending: deque[Decided] = deque()
 
-        def merge(res: TaskResult, seg_i: int) -> None:
+        def merge(res: TaskResult, seg_i: int, ordered: ShardQuarantine | None) -> None:
             decided = pending.popleft() if seg_i else None
-            _merge(res, state, take_stats, on_quarantine, sinks.events, decided)
+            _merge(res, state, take_stats, on_quarantine, sinks.events, decided, ordered)
 
         for seg_i, seg in enumerate(segs):
             tasks = ((seg_i, r) for r in stream)
             results = pool.map(_segment_task, tasks)
+            # the first pass reads: its quarantine in read order per shard
+            ordered = ShardQuarantine(on_quarantine, Path(spill_dir)) if seg_i == 0 else None
             if seg.closing is None:
                 for n_res, res in enumerate(results, 1):
                     if n_res % _TRIM_EVERY == 0:
                         release_free_memory()
-                    merge(res, seg_i)
+                    merge(res, seg_i, ordered)
                     state.kept += res.rows.num_rows
                     if res.rows.num_rows:
                         if sinks.kept is not None:
@@ -442,6 +472,8 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
                         yield res.rows
                     if n_res == 2:
                         pause_point("midrun")
+                if ordered is not None:
+                    ordered.flush()
                 break
             g = stages[seg.closing]
             assert isinstance(g, GlobalStage)
@@ -451,7 +483,7 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
             for n_res, res in enumerate(results, 1):
                 if n_res % _TRIM_EVERY == 0:
                     release_free_memory()
-                merge(res, seg_i)
+                merge(res, seg_i, ordered)
                 if res.rows.num_rows:
                     ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
                     t0 = time.perf_counter()
@@ -459,6 +491,8 @@ def _execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | No
                     own += time.perf_counter() - t0
                     spill.write(res.rows)
             spill.finish()
+            if ordered is not None:
+                ordered.flush()
             t0 = time.perf_counter()
             g.finalize()
             release_free_memory()  # finalize's temporaries: often the largest of the run
@@ -506,11 +540,20 @@ Decided = tuple[int, StageBatchStats, "QuarantineRows | None"]
 def _merge(res: TaskResult, state: RunState, take_stats: Callable[[int, StageBatchStats], None],
            on_quarantine: Callable[[QuarantineRows], None],
            on_events: Callable[[pa.Table], None] | None = None,
-           decided: Decided | None = None) -> None:
+           decided: Decided | None = None,
+           ordered: ShardQuarantine | None = None) -> None:
     """Count one batch's results and hand its quarantined rows and events on, each in
     ``seq`` order (:mod:`cleanpipe.engine.ordering`): the reader's unreadable records of a
-    file first (they ride on its first batch), then ``decided`` (the previous global stage's
-    decisions on these rows) and the stages' results together."""
+    file first, then ``decided`` (the previous global stage's decisions on these rows) and
+    the stages' results together. ``ordered`` (the first pass) holds a file's dropped rows
+    back until the file is read, as a big file read in blocks finds its unreadable records
+    as it goes (:mod:`cleanpipe.engine.shard_quarantine`)."""
+    if ordered is not None:
+        shard = res.rows.shard
+        on_quarantine = partial(ordered.dropped, shard)
+        if res.rows.unreadable is not None:
+            ordered.unreadable(shard, res.rows.unreadable)
+            res.rows.unreadable = None
     if res.rows.unreadable is not None:
         on_quarantine(res.rows.unreadable)
         res.rows.unreadable = None

@@ -49,6 +49,7 @@ from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.ray_dedup import RayGrouping, distributed
 from cleanpipe.engine.ray_shuffle import co_group
 from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.engine.shard_quarantine import ShardQuarantine
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.spec import PipelineSpec
 from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
@@ -254,6 +255,8 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
             g.setup()
             dist = distributed(g, ray, parts)
         t_obs = 0.0
+        # the first pass reads: its quarantine in read order per shard
+        ordered = ShardQuarantine(on_quarantine) if seg_i == 0 else None
         for _, (decided, res) in results:
             res: TaskResult
             carried = None
@@ -261,7 +264,8 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
                 assert decide_idx is not None
                 carried = (decide_idx, *decided)
             # merged with this batch's results, in seq order, as the local engine does
-            local._merge(res, state, take_stats, on_quarantine, sinks.events, carried)
+            local._merge(res, state, take_stats, on_quarantine, sinks.events, carried,
+                         ordered)
             if not res.rows.num_rows:
                 continue
             if g is None:
@@ -279,6 +283,8 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
                 t_obs += time.perf_counter() - t0
                 first_seqs.append(int(res.rows.seq[0]))
                 refs.append(ray.put(envelope([(len(refs), res.rows)])))
+        if ordered is not None:
+            ordered.flush()
         if g is None:
             break
         t0 = time.perf_counter()

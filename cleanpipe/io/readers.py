@@ -33,6 +33,11 @@ import pyarrow.parquet as pq
 
 from cleanpipe.io.empty_objects import without_empty_objects
 from cleanpipe.io.filesystems import is_local, read_bytes, reason
+from cleanpipe.io.line_blocks import (
+    DEFAULT_BLOCK_BYTES,
+    decompressing,
+    line_blocks,
+)
 from cleanpipe.io.sources import InputError, Shard, resolve_sources
 from cleanpipe.io.type_clashes import (
     first_clashes,
@@ -76,6 +81,14 @@ class Chunk:
     bytes_read: int = 0  # bytes of the shard consumed by this chunk (for progress)
     digest: bytes | None = None  # xxh3-128 of the shard's bytes (first chunk only)
     fixes: list[ReadFix] = field(default_factory=list)
+    #: bytes of each row's line (JSON Lines read in blocks): batches end at a byte budget
+    row_bytes: np.ndarray | None = None
+
+
+#: a batch of a JSON Lines file read in blocks ends at ``batch_size`` rows or at this many
+#: bytes of its lines, whichever comes first: a big file's batches are then no bigger than
+#: a small shard's, so memory does not depend on how the rows are split into files
+MAX_BATCH_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,20 @@ class ReadOptions:
     on_decode_error: str = "replace"  # replace | quarantine | fail
     csv_delimiter: str | None = None
     text_column: str = "text"
+    #: JSON Lines files are read in blocks of about this many bytes (see line_blocks)
+    block_bytes: int = DEFAULT_BLOCK_BYTES
+
+
+def _open_stream(shard: Shard) -> Any:
+    """The shard's stored bytes as a binary file object (to read in blocks)."""
+    if shard.prefetched is not None:
+        return io.BytesIO(shard.prefetched)
+    try:
+        if is_local(shard.filesystem):
+            return open(shard.open_path, "rb")
+        return shard.filesystem.open_input_stream(shard.open_path, compression=None)
+    except OSError as e:
+        raise InputError(f"{shard.path}: cannot read: {reason(e)}") from e
 
 
 def _open_bytes(shard: Shard) -> bytes:
@@ -144,7 +171,8 @@ def _guess_encoding(data: bytes) -> str | None:
     return None
 
 
-def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions
+def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions, line_base: int = 0,
+                    byte_base: int = 0, first: bool = True
                     ) -> tuple[bytes, np.ndarray, bool]:
     """UTF-8 bytes of ``data``, the offset of every byte of an invalid sequence, and whether
     the file is UTF-8 (so its invalid bytes may be read by :mod:`utf8_repair`'s rule).
@@ -153,34 +181,36 @@ def _decode_to_utf8(shard: Shard, data: bytes, opts: ReadOptions
     (``input.encoding``) are transcoded first, bytes that are not valid in them kept as
     invalid UTF-8 bytes, so each reader replaces them per record, with an event;
     ``on_decode_error: fail`` names the line and byte offset of the first bad sequence, in
-    the file as it is on disk.
+    the file as it is on disk. For a block of a file (:mod:`line_blocks`), ``line_base``
+    and ``byte_base`` count the lines and bytes before it, and ``first`` says whether it
+    starts the file (only a file's start holds a BOM and shows whether it is UTF-8 at all).
     """
     enc = codecs.lookup(opts.encoding).name if _known(opts.encoding) else None
     if enc is None:
         raise InputError(f"{shard.path}: unknown encoding {opts.encoding!r} (input.encoding);"
                          " use a Python codec name such as utf-8, gb18030, gbk, utf-16")
-    if enc == "utf-8" and data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+    if first and enc == "utf-8" and data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
         enc = "utf-32"
-    elif enc == "utf-8" and data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+    elif first and enc == "utf-8" and data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         enc = "utf-16"
     if enc == "utf-8":
-        if data.startswith(codecs.BOM_UTF8):
+        if first and data.startswith(codecs.BOM_UTF8):
             data = data[3:]
         bad = _bad_utf8_bytes(data)
         if bad.size == 0:
             return data, bad, True
-        first = int(bad[0])
-        where = f"{shard.path}:{_line_of(data, first)}"
-        if bad.size > max(NOT_UTF8_MIN, NOT_UTF8_SHARE * len(data)):
+        at = int(bad[0])
+        where = f"{shard.path}:{line_base + _line_of(data, at)}"
+        if first and bad.size > max(NOT_UTF8_MIN, NOT_UTF8_SHARE * len(data)):
             guess = _guess_encoding(data)
             hint = f"it looks like {guess}: set input.encoding: {guess}" if guess else (
                 "set input.encoding to the file's encoding (e.g. gb18030, gbk, utf-16)")
             raise InputError(f"{where}: not UTF-8 ({bad.size:,} invalid bytes, the first at"
-                             f" byte offset {first}); {hint}")
+                             f" byte offset {byte_base + at}); {hint}")
         if opts.on_decode_error == "fail":
             raise InputError(
-                f"{where}: invalid UTF-8 at byte offset {first}; if the file is in another"
-                " encoding set input.encoding (e.g. gb18030, utf-16), or set"
+                f"{where}: invalid UTF-8 at byte offset {byte_base + at}; if the file is in"
+                " another encoding set input.encoding (e.g. gb18030, utf-16), or set"
                 " input.on_decode_error to replace or quarantine")
         return data, bad, True
     try:
@@ -276,6 +306,103 @@ def _batches(table: pa.Table, numbers: np.ndarray, shard: Shard, bad: list[BadRe
         first = False
 
 
+def _line_lengths(data: bytes) -> np.ndarray:
+    """Bytes of each line of ``data`` (its line break included)."""
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1
+    if not ends.size or ends[-1] != len(data):
+        ends = np.append(ends, len(data))
+    return np.diff(ends, prepend=0)
+
+
+def _rebatched(chunks: Iterator[Chunk], shard: Shard, batch_size: int,
+               max_bytes: int) -> Iterator[Chunk]:
+    """``chunks`` (of one shard, read block by block) as batches cut from the shard's start
+    at ``batch_size`` rows or ``max_bytes`` bytes of lines, the last one shorter: the same
+    batches, fixes and events whatever the block size. Bad records and bytes ride on the
+    next batch out."""
+    pending: list[Chunk] = []
+    sent = False
+    for chunk in chunks:
+        pending.append(chunk)
+        while (n := _next_cut([c.row_bytes for c in pending], batch_size, max_bytes)):
+            head, tail = _split_chunk(_joined(pending, shard), n)
+            yield head
+            sent = True
+            pending = [tail]
+    rows = sum(c.batch.num_rows for c in pending)
+    if pending and (rows or not sent or any(c.bad or c.bytes_read for c in pending)):
+        yield _joined(pending, shard)
+
+
+def _next_cut(sizes: list[np.ndarray | None], batch_size: int, max_bytes: int) -> int:
+    """Rows in the next full batch of rows of these ``sizes`` (bytes each), 0 if none yet.
+
+    >>> _next_cut([np.array([5, 5]), np.array([5, 5, 5])], 4, 100)
+    4
+    >>> _next_cut([np.array([60, 50, 5])], 4, 100), _next_cut([np.array([60])], 4, 100)
+    (2, 0)
+    """
+    row_bytes = np.concatenate([s for s in sizes if s is not None] or [np.zeros(0, np.int64)])
+    over = int(np.searchsorted(np.cumsum(row_bytes[:batch_size]), max_bytes, side="left"))
+    if over < min(row_bytes.size, batch_size):
+        return over + 1
+    return batch_size if row_bytes.size >= batch_size else 0
+
+
+def _joined(chunks: list[Chunk], shard: Shard) -> Chunk:
+    """One chunk of ``chunks`` in order (tables of different blocks unified)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    with_rows = [c for c in chunks if c.batch.num_rows] or chunks[:1]
+    schemas = [c.batch.schema for c in with_rows]
+    if all(sc.equals(schemas[0]) for sc in schemas):
+        table = pa.Table.from_batches([c.batch for c in with_rows], schema=schemas[0])
+    else:
+        try:
+            table = pa.concat_tables([pa.Table.from_batches([c.batch]) for c in with_rows],
+                                     promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            nums = np.concatenate([c.numbers for c in chunks])
+            lines = f"lines {int(nums.min())}-{int(nums.max())}" if nums.size else "the file"
+            raise InputError(f"{shard.path}: a field changes type within {lines} ({e});"
+                             " make each field one type in every record") from e
+    table = table.combine_chunks()
+    batches = table.to_batches()
+    batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+    # as one table's batches list them: an empty object's fix per path first, then the
+    # fixes noted per row, in row order
+    empty: dict[tuple[str | None, str], list[np.ndarray]] = {}
+    noted: list[ReadFix] = []
+    offset = 0
+    for c in chunks:
+        for f in c.fixes:
+            if f.code == "empty_object":
+                empty.setdefault((f.field, f.detail), []).append(f.rows + offset)
+            else:
+                noted.append(ReadFix(f.code, f.field, f.detail, f.rows + offset))
+        offset += c.batch.num_rows
+    fixes = [ReadFix("empty_object", fld, detail, np.concatenate(rows))
+             for (fld, detail), rows in empty.items()] + noted
+    sizes = [c.row_bytes for c in chunks if c.row_bytes is not None]
+    return Chunk(shard, batch, np.concatenate([c.numbers for c in chunks]),
+                 [b for c in chunks for b in c.bad], sum(c.bytes_read for c in chunks),
+                 fixes=fixes, row_bytes=np.concatenate(sizes) if sizes else None)
+
+
+def _split_chunk(chunk: Chunk, n: int) -> tuple[Chunk, Chunk]:
+    """The first ``n`` rows of ``chunk`` (with its bad records and bytes), and the rest."""
+    head = Chunk(chunk.shard, chunk.batch.slice(0, n), chunk.numbers[:n], chunk.bad,
+                 chunk.bytes_read, fixes=[
+                     ReadFix(f.code, f.field, f.detail, f.rows[f.rows < n])
+                     for f in chunk.fixes if (f.rows < n).any()],
+                 row_bytes=None if chunk.row_bytes is None else chunk.row_bytes[:n])
+    tail = Chunk(chunk.shard, chunk.batch.slice(n), chunk.numbers[n:], [], 0, fixes=[
+        ReadFix(f.code, f.field, f.detail, f.rows[f.rows >= n] - n)
+        for f in chunk.fixes if (f.rows >= n).any()],
+        row_bytes=None if chunk.row_bytes is None else chunk.row_bytes[n:])
+    return head, tail
+
+
 #: changes the reader made to a record before it could store it: record number ->
 #: ``(code, detail)`` of each, recorded as ``fix`` events of the rows kept
 Notes = dict[int, list[tuple[str, str]]]
@@ -343,17 +470,82 @@ def _decode_bad(shard: Shard, line: bytes, num: int, off: int) -> BadRecord:
 
 
 def _read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
-    raw = _open_bytes(shard)
-    data, bad_bytes, guess = _decode_to_utf8(shard, raw, opts)
-    yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts, guess)
+    if not _streams_utf8(opts):
+        raw = _open_bytes(shard)
+        data, bad_bytes, guess = _decode_to_utf8(shard, raw, opts)
+        yield from _jsonl_chunks(shard, len(raw), data, bad_bytes, opts, guess)
+        return
+    yield from _rebatched(_jsonl_block_chunks(shard, opts), shard, opts.batch_size,
+                          MAX_BATCH_BYTES)
 
 
-def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
-                  opts: ReadOptions, guess: bool = True) -> Iterator[Chunk]:
+def _streams_utf8(opts: ReadOptions) -> bool:
+    """Whether a JSON Lines file is read in blocks: UTF-8 input (a file in another encoding
+    is transcoded whole, as a multi-byte encoding has no cheap line boundary)."""
+    return _known(opts.encoding) and codecs.lookup(opts.encoding).name == "utf-8"
+
+
+def _jsonl_block_chunks(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
+    """Chunks of a JSON Lines file read block by block (:mod:`line_blocks`): lines and byte
+    offsets are numbered as in the whole file, so every record, bad record and event is
+    the same as when the file is read whole."""
+    with _open_stream(shard) as raw:
+        stream = decompressing(raw, shard.compression)
+        try:
+            head = stream.read(4)
+            if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE,
+                                codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+                # a UTF-16/32 file (its BOM says so) is transcoded whole, as in another
+                # encoding its line breaks are not single bytes
+                whole = head + stream.read()
+                data, bad_bytes, guess = _decode_to_utf8(shard, whole, opts)
+                yield from _jsonl_chunks(shard, shard.size, data, bad_bytes, opts, guess)
+                return
+        except Exception as e:
+            raise _decompress_error(shard, e) from e
+        blocks = line_blocks(stream, opts.block_bytes, raw, head)
+        first = True
+        bom = 0
+        while True:
+            try:
+                block = next(blocks)
+            except StopIteration:
+                break
+            except Exception as e:
+                raise _decompress_error(shard, e) from e
+            if first:
+                bom = len(codecs.BOM_UTF8) if block.data.startswith(codecs.BOM_UTF8) else 0
+            # offsets count from after a BOM, as when the file is read whole
+            base = max(0, block.bytes_before - bom)
+            data, bad_bytes, guess = _decode_to_utf8(shard, block.data, opts,
+                                                     block.lines_before, base, first)
+            line_bytes = _line_lengths(data)
+            for chunk in _jsonl_chunks(shard, block.raw_bytes, data, bad_bytes, opts, guess,
+                                       block.lines_before, base):
+                chunk.row_bytes = line_bytes[chunk.numbers - block.lines_before - 1]
+                yield chunk
+            first = False
+        if first:  # an empty file is still a shard: one empty chunk counts it
+            yield from _jsonl_chunks(shard, shard.size, b"", np.zeros(0, np.int64), opts)
+
+
+def _decompress_error(shard: Shard, e: Exception) -> Exception:
+    """A corrupt archive names the file, not the codec's internals; other errors as they
+    are."""
+    if shard.compression is None or isinstance(e, InputError):
+        return e
+    return InputError(f"{shard.path}: cannot decompress ({shard.compression}): {e}")
+
+
+def _jsonl_chunks(shard: Shard, nbytes: int, data: bytes, bad_bytes: np.ndarray,
+                  opts: ReadOptions, guess: bool = True, line_base: int = 0,
+                  byte_base: int = 0) -> Iterator[Chunk]:
+    """Chunks of JSON Lines ``data`` (UTF-8): the whole file, or one block of it whose
+    first line is line ``line_base + 1`` and first byte at offset ``byte_base``."""
     bad: list[BadRecord] = []
     if not data.strip():
         yield from _batches(pa.table({}), np.zeros(0, np.int64), shard, bad, opts.batch_size,
-                            len(raw))
+                            nbytes)
         return
     if not bad_bytes.size:
         table = _fast_json(data)
@@ -364,13 +556,14 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
             n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
             if table.num_rows == n_lines:
                 # no blank lines: record k is line k (the common case, no per-line scan)
-                numbers = np.arange(1, n_lines + 1, dtype=np.int64)
+                numbers = np.arange(1, n_lines + 1, dtype=np.int64) + line_base
             else:
-                numbers = _line_numbers(data)[2]
+                numbers = _line_numbers(data)[2] + line_base
             if table.num_rows == len(numbers) and _type_depth(table.schema) <= MAX_NESTING:
-                yield from _batches(table, numbers, shard, bad, opts.batch_size, len(raw))
+                yield from _batches(table, numbers, shard, bad, opts.batch_size, nbytes)
                 return
     starts, ends, numbers = _line_numbers(data)
+    numbers = numbers + line_base
     first_bad = _first_bad_in(bad_bytes, starts, ends)
     # Slow path, only for files with a broken line, invalid UTF-8 or types pyarrow cannot
     # infer in one go: parse line by line so one bad line costs one record, not the file.
@@ -384,9 +577,9 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
         line = data[s:e]
         if off >= 0:
             if opts.on_decode_error == "quarantine":
-                bad.append(_decode_bad(shard, line, num, off))
+                bad.append(_decode_bad(shard, line, num, byte_base + off))
                 continue
-            text = _mend_line(line, num, s, guess, notes)
+            text = _mend_line(line, num, byte_base + s, guess, notes)
         else:
             text = line.decode("utf-8")
         try:
@@ -398,19 +591,20 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
                                  " keep going") from err
             bad.append(BadRecord(shard.name, num, "parse_error",
                                  f"not valid JSON: {err.msg} (line {num}, column {err.colno})",
-                                 text, s))
+                                 text, byte_base + s))
             continue
         except RecursionError:
             if opts.on_parse_error == "fail":
                 raise InputError(f"{shard.path}:{num}: JSON nested too deeply to read; set"
                                  " input.on_parse_error: quarantine to keep going") from None
             bad.append(BadRecord(shard.name, num, "parse_error",
-                                 f"JSON nested too deeply to read (line {num})", text, s))
+                                 f"JSON nested too deeply to read (line {num})", text,
+                                 byte_base + s))
             continue
         if not isinstance(rec, dict):
             bad.append(BadRecord(shard.name, num, "parse_error",
                                  f"a JSON {json_kind(rec)} where an object was expected"
-                                 f" (line {num})", text, s))
+                                 f" (line {num})", text, byte_base + s))
             continue
         records.append(rec)
         raws.append(text)
@@ -419,7 +613,7 @@ def _jsonl_chunks(shard: Shard, raw: bytes, data: bytes, bad_bytes: np.ndarray,
                                              bool(_SUSPECT_BYTES.search(data)), notes)
     bad = sorted(bad + records_bad, key=lambda b: b.line)
     yield from _batches(table, np.asarray(good, dtype=np.int64), shard, bad, opts.batch_size,
-                        len(raw), notes)
+                        nbytes, notes)
 
 
 #: what pyarrow raises when Python values do not fit one Arrow type (or any: a lone
@@ -694,7 +888,7 @@ def _read_json(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     except json.JSONDecodeError as err:
         if stripped.startswith("{") and (err.msg == "Extra data" or "\n" in stripped.strip()):
             # a .json file that holds JSON lines: one bad line costs one record
-            yield from _jsonl_chunks(shard, raw, data, bad_bytes, opts, guess)
+            yield from _jsonl_chunks(shard, len(raw), data, bad_bytes, opts, guess)
             return
         raise InputError(f"{shard.path}:{err.lineno}: not valid JSON: {err.msg} (column"
                          f" {err.colno}); fix the file, or write it as JSON lines so that a"

@@ -66,6 +66,7 @@ class Shard:
     # the shard's bytes when already downloaded (a remote text shard is fetched once for the
     # fingerprint and the reader)
     prefetched: bytes | None = field(default=None, compare=False, repr=False)
+    revision: str | None = None  # a Hub dataset's revision (commit), when known
 
     @property
     def open_path(self) -> str:
@@ -181,7 +182,8 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
     ``fmt="auto"`` so are files whose extension names no known format. Symbolically linked
     folders are followed (a loop is an error); a folder that cannot be listed, or a link to
     nothing, is an :class:`InputError` naming it, never a silent skip. A URI is listed the
-    same way on its filesystem (:func:`resolve_uri`).
+    same way on its filesystem (:func:`resolve_uri`); a ``hub:ORG/NAME[:CONFIG][@SPLIT]`` name
+    streams a Hugging Face dataset (:mod:`cleanpipe.io.hub`).
     """
     if isinstance(spec, (list, tuple)):
         out: list[Shard] = []
@@ -191,6 +193,12 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
     if not isinstance(spec, (str, os.PathLike)):
         return [Shard(None, type(spec).__name__, "memory", obj=spec)]
     text = os.fspath(spec)
+    from cleanpipe.io.hub import hub_hint, hub_shards, parse_hub  # hub imports this module
+
+    if (hub := parse_hub(text)) is not None:
+        return hub_shards(hub, text)
+    if (hint := hub_hint(text)) is not None:
+        raise InputError(hint)
     if is_uri(text):
         return resolve_uri(text, fmt)
     path = Path(text).expanduser()

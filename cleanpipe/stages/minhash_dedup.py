@@ -275,9 +275,9 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
                          signatures(Shingled(r_sets, r_off), self.num_perm, self.seed,
                                     self.scheme))
         data, offsets = buffers(p_norm)
-        s_vals, s_sizes, s_off = part_kernels.sentence_sets(
+        sentences = part_kernels.sentence_sets(
             data, offsets, p_modes.astype(np.int8), np.uint64(self.hash_seed))
-        sets, set_off = part_kernels.pack(r_sets, r_off, s_vals, s_sizes, s_off)
+        sets, set_off = part_kernels.pack(r_sets, r_off, *sentences)
         lengths, texts = lengths_and_texts(raw, self.snippet_chars)
         return _Sketch(kernels.band_keys(sig, *self.band_rows()),
                        (p_sh.counts + r_sh.counts) > 0, sets, set_off, lengths, texts,
