@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
+
 MASK32 = np.uint64(0xFFFFFFFF)
 _P1 = np.uint64(2654435761)
 _P2 = np.uint64(2246822519)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
 from cleanpipe.dedup.kernels import MODE_WORD, xxh32
 
 HEADER = 3

@@ -23,6 +23,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
+
 CodePoints = Sequence[int | tuple[int, int]]
 
 NO_BIT = -1

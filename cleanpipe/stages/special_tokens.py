@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import PrivateAttr, model_validator
 
 from cleanpipe.stages._text_util import examples, put, regex_mask
+from cleanpipe.stages._token_scan import (
+    alternation,
+    can_scan_once,
+    scan_each,
+    scan_once,
+    strip_each,
+    strip_once,
+)
 from cleanpipe.stages.base import Action, ExampleCount, Findings, StageError, TextResult, TextStage
 
 
@@ -53,6 +59,7 @@ class SpecialTokens(TextStage):
     """Before/after examples kept per batch."""
 
     _all: list[str] | None = PrivateAttr(default=None)
+    _once: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def _need_tokens(self) -> SpecialTokens:
@@ -64,34 +71,28 @@ class SpecialTokens(TextStage):
         if self._all is None:
             found = tokenizer_tokens(self.tokenizer, self.include) if self.tokenizer else []
             # Longest first, so a token that contains another is matched whole.
-            self._all = sorted(set(found) | set(self.tokens), key=lambda t: (-len(t), t))
+            self._all = sorted((set(found) | set(self.tokens)) - {""}, key=lambda t: (-len(t), t))
+            # One scan for every token when no two can overlap (the same findings, see
+            # _token_scan); a pass per token otherwise.
+            self._once = can_scan_once(self._all)
 
     def transform(self, texts: pa.Array) -> TextResult:
         self.setup()
         toks = self._all or []
         found = Findings(self.name)
-        pattern = "|".join(re.escape(t) for t in toks)
-        rows = np.flatnonzero(regex_mask(texts, pattern))
+        if not toks:  # an empty alternation would match every string
+            return TextResult(texts, found, {"strings": len(texts), "strings_hit": 0,
+                                             "tokens": {}})
+        rows = np.flatnonzero(regex_mask(texts, alternation(toks)))
         metrics: dict = {"strings": len(texts), "strings_hit": int(rows.size), "tokens": {}}
         if rows.size == 0:
             return TextResult(texts, found, metrics)
         sub = texts.take(pa.array(rows)).cast(pa.large_string())
-        names: list[list[str]] = [[] for _ in range(rows.size)]
-        for t in toks:
-            c = pc.count_substring(sub, t).to_numpy(zero_copy_only=False)
-            if c.sum():
-                metrics["tokens"][t] = int(c.sum())
-                for i in np.flatnonzero(c):
-                    names[i].append(t)
+        once = self._once
+        names, metrics["tokens"] = (scan_once if once else scan_each)(sub, toks)
         out = sub
         if self.action_of("special_token") is Action.FIX:
-            # Stripping can join the halves of another token ("<|im_<|endoftext|>start|>"),
-            # so repeat until none is left: the result is then stable (idempotent).
-            while True:
-                for t in toks:
-                    out = pc.replace_substring(out, t, "")
-                if not regex_mask(out, pattern).any():
-                    break
+            out = (strip_once if once else strip_each)(sub, toks)
         before, after = examples(np.arange(rows.size), sub, out, self.examples)
         found.add(rows, "special_token", self.action_of("special_token"),
                   detail=[",".join(n) for n in names], before=before, after=after)

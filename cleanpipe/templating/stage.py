@@ -25,8 +25,9 @@ _MESSAGE_COLUMNS = ("messages", "conversations")
 
 @dataclass
 class Measured:
-    """Token counts of one batch: ``counts[i]`` is exact, or -1 where the row was skipped
-    because ``bound[i] ≤ max_length`` proves it short."""
+    """Token counts of one batch: ``counts[i]`` is exact, or -1 where the row is proven
+    short, by ``bound[i] ≤ max_length`` or by counting only some of its pieces
+    (:meth:`LoadedTokenizer.count_above`)."""
 
     rendered: Rendered
     counts: np.ndarray
@@ -146,5 +147,9 @@ class SequenceStage(BatchStage):
         counts = np.full(len(ok), -1, dtype=np.int64)
         if need.size:
             texts = rendered.texts.take(pa.array(need)).to_pylist()
-            counts[need] = self.tok.count(texts, specials)
+            if limit is None or exact:
+                counts[need] = self.tok.count(texts, specials)
+            else:
+                counts[need], refined = self.tok.count_above(texts, limit, specials)
+                bound[need] = np.minimum(bound[need], refined)
         return Measured(rendered, counts, bound, specials)

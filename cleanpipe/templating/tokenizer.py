@@ -56,12 +56,20 @@ _LOCAL_NORMALIZERS = frozenset({"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Stri
                                 "BertNormalizer"})
 # Strip shortens only, so the bound holds, but it looks at the ends of the whole text.
 _BOUND_ONLY_NORMALIZERS = frozenset({"Strip"})
+# How many times longer (in UTF-8 bytes or in code points) a normaliser can make a text:
+# Unicode's stated maximum expansion factors (UAX #15) for the normal forms, and the longest
+# case mapping (U+0130 "İ", 2 bytes, lowercases to 3). A sequence multiplies them.
+_GROWTH = {"NFC": 3.0, "NFD": 3.0, "NFKC": 11.0, "NFKD": 11.0, "Lowercase": 1.5,
+           "StripAccents": 1.0, "Strip": 1.0}
 _WORD_PRETOKENIZERS = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit",
                                  "Punctuation", "Digits"})
 # Cut after a newline that precedes a non-space (Python's \S is narrower than Oniguruma's:
 # every character Oniguruma calls a space, Python does too, so no unsafe cut is made).
 _CUT = re.compile(r"(?<=\n)(?=\S)")
 _CACHE_CHARS = 64_000_000
+# count_above's guess of units per token when choosing which pieces to encode first: low
+# enough that one round proves most texts short; a wrong guess costs time, never exactness.
+_PROOF_BYTES = 3.0
 
 
 def _normalizer_kinds(node: dict | None) -> list[str]:
@@ -70,6 +78,14 @@ def _normalizer_kinds(node: dict | None) -> list[str]:
     if node.get("type") == "Sequence":
         return [k for n in node.get("normalizers", []) for k in _normalizer_kinds(n)]
     return [node.get("type", "?")]
+
+
+def _growth(kinds: list[str]) -> float:
+    """Largest length growth of a normaliser sequence (inf if unknown: always normalise)."""
+    g = 1.0
+    for k in kinds:
+        g *= _GROWTH.get(k, np.inf)
+    return g
 
 
 def _pretokenizer_nodes(node: dict | None) -> list[dict]:
@@ -93,6 +109,7 @@ class LoadedTokenizer:
         spec = _structure(tokenizer)
         self.unit, self.chunkable, self.why_no_bound = _analyse(spec)
         self._has_normalizer = spec.get("normalizer") is not None
+        self._growth = _growth(_normalizer_kinds(spec.get("normalizer")))
         self._cache: dict[str, int] = {}
         self._cache_chars = 0
 
@@ -150,8 +167,12 @@ class LoadedTokenizer:
         size = measure(texts).to_numpy(zero_copy_only=False).astype(np.float64)
         if self._has_normalizer:
             # Normalisers may lengthen non-ASCII text: measure those after normalising, but
-            # only where that could bring the record under the limit.
-            todo = np.flatnonzero(~ascii_ & (size <= limit * 4))
+            # only where that could bring the record under the limit, and where the
+            # normaliser's largest growth could take it over.
+            grown = size * self._growth
+            short = ~ascii_ & (grown <= limit)
+            size[short] = grown[short]
+            todo = np.flatnonzero(~ascii_ & ~short & (size <= limit * 4))
             if todo.size:
                 norm = self.tokenizer.normalizer.normalize_str
                 vals = texts.take(pa.array(todo)).to_pylist()
@@ -168,6 +189,17 @@ class LoadedTokenizer:
         enc = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         return [len(e.ids) for e in enc(texts, add_special_tokens=add_special_tokens)]
 
+    def _encode_into_cache(self, todo: list[str]) -> None:
+        """Count the pieces ``todo`` (none cached) and cache their counts."""
+        if not todo:
+            return
+        if self._cache_chars > _CACHE_CHARS:
+            self._cache.clear()
+            self._cache_chars = 0
+        for p, c in zip(todo, self._encode_counts(todo, False), strict=True):
+            self._cache[p] = c
+            self._cache_chars += len(p)
+
     def count(self, texts: list[str], add_special_tokens: bool = True) -> np.ndarray:
         """Exact token counts, equal to ``len(encode(text).ids)`` for each text."""
         texts = [t or "" for t in texts]
@@ -176,15 +208,68 @@ class LoadedTokenizer:
         pieces = [_CUT.split(t) for t in texts]
         cache = self._cache
         todo = sorted({p for ps in pieces for p in ps if p not in cache})
-        if todo:
-            if self._cache_chars > _CACHE_CHARS:
-                cache.clear()
-                self._cache_chars = 0
-            for p, c in zip(todo, self._encode_counts(todo, False), strict=True):
-                cache[p] = c
-                self._cache_chars += len(p)
+        self._encode_into_cache(todo)
         extra = self.specials_added(add_special_tokens)
         return np.asarray([sum(cache[p] for p in ps) + extra for ps in pieces], dtype=np.int64)
+
+    def _piece_bound(self, piece: str) -> float:
+        """A number >= the token count of ``piece`` alone, without encoding it."""
+        c = self._cache.get(piece)
+        if c is not None:
+            return c
+        units = len(piece.encode("utf-8")) if self.unit == "bytes" else len(piece)
+        if self._has_normalizer and not piece.isascii():
+            return units * self._growth
+        return units
+
+    def count_above(self, texts: list[str], limit: int,
+                    add_special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Exact token counts where they may exceed ``limit`` (or cost nothing more), -1
+        where a text is proven within it; and per text a sound bound (its count where
+        counted).
+
+        Counts are additive over a text's pieces (see the module notes), so a text whose
+        size exceeds the limit is often proven short after encoding only its largest
+        pieces: each encoded piece swaps its size for its (smaller) count. A first round
+        encodes, per text, the largest pieces that would do it if a token covered
+        ``_PROOF_BYTES`` units; texts still over the limit then get every piece counted.
+
+            >>> from tokenizers import Tokenizer, models, pre_tokenizers
+            >>> tk = Tokenizer(models.WordLevel({"ab": 0, "[UNK]": 1}, unk_token="[UNK]"))
+            >>> tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+            >>> lt = LoadedTokenizer(tk)
+            >>> counts, bound = lt.count_above(["ab ab\\nab", "ab ab ab ab ab ab"], 4)
+            >>> counts.tolist(), bound.tolist()
+            ([-1, 6], [4.0, 6.0])
+        """
+        if not self.chunkable:
+            counts = self.count(texts, add_special_tokens)
+            return counts, counts.astype(np.float64)
+        texts = [t or "" for t in texts]
+        extra = self.specials_added(add_special_tokens)
+        pieces = [_CUT.split(t) for t in texts]
+        chosen: set[str] = set()
+        for ps in pieces:
+            sizes = sorted(((self._piece_bound(p), p) for p in set(ps)
+                            if p not in self._cache), reverse=True)
+            excess = sum(self._piece_bound(p) for p in ps) + extra - limit
+            for size, p in sizes:
+                if excess <= 0:
+                    break
+                chosen.add(p)
+                excess -= size - size / _PROOF_BYTES
+        self._encode_into_cache(sorted(chosen))
+        out = np.full(len(texts), -1, dtype=np.int64)
+        bound = np.array([sum(self._piece_bound(p) for p in ps) + extra for ps in pieces],
+                         dtype=np.float64)
+        # A text whose pieces are all counted has its exact count already: report it.
+        known = np.array([all(p in self._cache for p in ps) for ps in pieces], dtype=bool)
+        out[known] = bound[known]
+        over = np.flatnonzero((bound > limit) & ~known)
+        if over.size:
+            out[over] = self.count([texts[i] for i in over], add_special_tokens)
+            bound[over] = out[over]
+        return out, bound
 
     def encode(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
         """Full encodings (ids and character offsets)."""
