@@ -219,8 +219,11 @@ def test_t0_sample_identical(cluster) -> None:
     assert local["quarantine"], "t0 has empty completions and duplicates"
 
 
-# The two full-corpus identity checks are issue 8's acceptance and run in `make test` (CI):
-# about five minutes together on 2 cores, most of it Ray's shuffles.
+# The full-corpus identity checks are issue 8's acceptance. t0's takes about 400 s of Ray
+# shuffles on 2 cores, which would put `make test` past its 15-minute budget: it runs in
+# `make test-slow` until the Ray engine runs it in minutes (issue 18); t0_sample_identical
+# and tldr_full_identical keep identity on real data in `make test`.
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_t0_full_identical(cluster) -> None:
     local = _same(_full(4096), realdata("sft_self_instruct_t0_50k", "data_per_template"))
