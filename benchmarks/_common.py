@@ -125,12 +125,25 @@ def runnable_tasks() -> int:
         return int(fh.read().split()[3].split("/")[0])
 
 
+_SAMPLER = """
+import sys, time
+interval = float(sys.argv[1])
+while True:
+    with open("/proc/loadavg") as fh:
+        print(int(fh.read().split()[3].split("/")[0]) - 1, flush=True)
+    if sys.stdin in __import__("select").select([sys.stdin], [], [], interval)[0]:
+        break
+"""
+
+
 class LoadWatch:
     """How loaded the machine was while a block of code ran in this process.
 
     ``load``: the 1-minute load average at entry and exit; ``runnable_mean``: the mean of
     :func:`runnable_tasks` sampled every ``interval`` seconds in between (this process's
-    running thread included, the sampling thread not).
+    running thread included, the sampler not). The sampler is a separate process: a thread
+    would hold the GIL while it reads, so a busy Python thread in this process would be
+    parked on the GIL, not runnable, at every sample.
 
         >>> with LoadWatch(0.01) as w:
         ...     _ = sum(range(10**6))
@@ -142,26 +155,27 @@ class LoadWatch:
         self.interval = interval
         self.load = (0.0, 0.0)
         self.runnable_mean = 0.0
-        self._samples: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self._samples.append(runnable_tasks() - 1)
-            self._stop.wait(self.interval)
+        self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> LoadWatch:
         self._start = os.getloadavg()[0]
-        self._thread.start()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _SAMPLER, str(self.interval)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        # Wait for the sampler's first line so the block is sampled from its start; that
+        # sample itself is taken while this thread waits, so it is not counted.
+        assert self._proc.stdout is not None
+        self._proc.stdout.readline()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        assert self._proc is not None
+        out, _ = self._proc.communicate("stop\n")
         self.load = (self._start, os.getloadavg()[0])
-        if self._samples:
-            self.runnable_mean = sum(self._samples) / len(self._samples)
+        samples = [int(x) for x in out.split()]
+        if samples:
+            self.runnable_mean = sum(samples) / len(samples)
 
     def cell(self) -> str:
         """``2.1→2.4 [3.0]``: load average at start and end, [mean runnable tasks]."""
