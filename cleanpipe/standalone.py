@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from cleanpipe.errors import CleanpipeError
 from cleanpipe.fields import discover_text_fields, flatten_field, rebuild_field
 
 if TYPE_CHECKING:
@@ -34,11 +35,11 @@ if TYPE_CHECKING:
 
 
 
-class WholeDatasetRequired(TypeError):
+class WholeDatasetRequired(CleanpipeError, TypeError):
     """A global stage was called on one batch of a ``datasets`` dataset (``Dataset.map``)."""
 
 
-class RowWouldBeDropped(ValueError):
+class RowWouldBeDropped(CleanpipeError, ValueError):
     """An unbatched ``Dataset.map`` cannot remove the row a stage drops."""
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.gate import ExitCode
+from cleanpipe.errors import ExitCode
 
 __all__ = ["allocate", "register", "sample_indices", "sample_table"]
 

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.gate import ExitCode
+from cleanpipe.errors import ExitCode
 
 __all__ = ["SmokeResult", "build_sequences", "configured_tokenizer", "load_tokenizer", "register",
            "run_smoke"]

@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from cleanpipe.errors import CleanpipeError, ExitCode
 from cleanpipe.io.filesystems import (
     filesystem_for,
     glob_regex,
@@ -45,8 +46,10 @@ _EXT = {
 _COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
 
-class InputError(Exception):
+class InputError(CleanpipeError):
     """The input cannot be read (exit code 3). The message names the file and what to do."""
+
+    exit_code = ExitCode.UNREADABLE
 
 
 @dataclass(frozen=True)

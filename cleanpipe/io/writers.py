@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cleanpipe.errors import CleanpipeError
 from cleanpipe.fault_points import pause_point
 from cleanpipe.io.output_guard import (
     MANIFEST,
@@ -55,8 +56,8 @@ GROUP_ROWS = 65_536
 GROUP_BYTES = 32 << 20
 
 
-class OutputError(Exception):
-    """The output location cannot be used (exists, not writable, disk full)."""
+class OutputError(CleanpipeError):
+    """The output location cannot be used (exists, not writable, disk full): exit code 2."""
 
 
 class RowGroups:

@@ -32,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cleanpipe.errors import CleanpipeError
+
 #: ``examples:`` of a stage: before/after examples kept per code per batch
 ExampleCount = Annotated[int, Field(ge=0, le=1000)]
 
@@ -204,8 +206,9 @@ class BatchResult:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-class StageError(ValueError):
-    """A stage cannot run with the parameters or data it was given (message for the user)."""
+class StageError(CleanpipeError, ValueError):
+    """A stage cannot run with the parameters or data it was given (message for the user):
+    exit code 2."""
 
 
 class Stage(BaseModel):
