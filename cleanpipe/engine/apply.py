@@ -234,11 +234,14 @@ def _present(batch: pa.RecordBatch, selector: str) -> bool:
 
 
 def run_text_stage(stage: TextStage, data: pa.RecordBatch, text_fields: list[str],
-                   shard: str) -> tuple[pa.RecordBatch, Findings, dict[str, Any]]:
+                   shard: str | None = None) -> tuple[pa.RecordBatch, Findings, dict[str, Any]]:
+    """Run ``stage`` on each of its fields (else ``text_fields``) of ``data``: the rewritten
+    batch, the findings (positions are rows of ``data``) and the summed metrics. A field
+    missing from ``shard`` (the file the rows came from) is an error naming that file."""
     findings = Findings(stage.name)
     metrics: dict[str, Any] = {}
     for f in stage.fields or text_fields:
-        if not _present(data, f):
+        if shard is not None and not _present(data, f):
             raise FieldError(
                 f"{shard}: text field {f!r} is not in this file; columns: "
                 f"{', '.join(data.schema.names)}; name the text fields every file has with"
