@@ -28,8 +28,9 @@ MERSENNE61 = np.uint64((1 << 61) - 1)
 SCHEME_AFFINE32 = 0
 SCHEME_LEGACY = 1
 
+#: a document's shingle mode (:func:`cleanpipe.dedup.text.shingle_modes`): words, else (1)
+#: characters
 MODE_WORD = 0
-MODE_CHAR = 1
 
 
 @njit(cache=True, inline="always")

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cleanpipe.engine.rows import QuarantineRows, Rows
-from cleanpipe.fields import FieldError, flatten_field, parse_selector, rebuild_field
+from cleanpipe.fields import FieldError, flatten_field, rebuild_field, selector_root
 from cleanpipe.stages.base import (
     Action,
     BatchContext,
@@ -230,7 +230,7 @@ def apply_findings(stage: Stage, rows: Rows, findings: Findings,
 
 
 def _present(batch: pa.RecordBatch, selector: str) -> bool:
-    return batch.schema.get_field_index(parse_selector(selector)[0].name) >= 0
+    return batch.schema.get_field_index(selector_root(selector)) >= 0
 
 
 def run_text_stage(stage: TextStage, data: pa.RecordBatch, text_fields: list[str],

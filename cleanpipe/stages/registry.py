@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from cleanpipe.stages.base import GlobalStage, Stage
+from cleanpipe.stages.base import Stage
 
 _INFRA = {"base", "registry"}
 
@@ -51,7 +51,3 @@ def get_stage_class(name: str) -> type[Stage] | None:
                 if isinstance(obj, type) and issubclass(obj, Stage) and obj.name == name:
                     return obj
     return stage_classes().get(name)
-
-
-def is_global(stage: Stage) -> bool:
-    return isinstance(stage, GlobalStage)
