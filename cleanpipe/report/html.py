@@ -22,7 +22,7 @@ from cleanpipe.report.text import codepoint_label, diff_snippets, visible
 __all__ = ["esc", "render_html"]
 
 ACTION_COLORS = {"drop": "#d1495b", "fix": "#2e86ab", "flag": "#edae49", "fail": "#6a040f"}
-BEFORE, AFTER = "#9aa5b1", "#2e86ab"
+BEFORE, AFTER, BOUNDED = "#9aa5b1", "#2e86ab", "#c9a227"
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
        "script-src 'none'; base-uri 'none'; form-action 'none'")
 
@@ -156,13 +156,23 @@ def _codepoints(report: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _token_series(d: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    """Before and after; and, where rows were placed by an upper bound of their length
+    instead of being tokenized, those rows as a series of their own."""
+    series = [("before", d.get("tokens_before"), BEFORE), ("after", d.get("tokens_after"), AFTER)]
+    before = d.get("tokens_before") or {}
+    if any(before.get("bounded") or ()):
+        series.append(("before, placed by a bound", {"edges": before["edges"],
+                                                     "counts": before["bounded"]}, BOUNDED))
+    return series
+
+
 def _plots(report: dict[str, Any]) -> str:
     d = report.get("distributions", {})
     figs = [
         histogram_chart("Characters per row", [("before", d.get("chars_before"), BEFORE),
                                                 ("after", d.get("chars_after"), AFTER)]),
-        histogram_chart("Tokens per row", [("before", d.get("tokens_before"), BEFORE),
-                                            ("after", d.get("tokens_after"), AFTER)]),
+        histogram_chart("Tokens per row", _token_series(d)),
     ]
     reasons = sorted((r for r in report.get("reasons", []) if r["rows"]),
                      key=lambda r: (-r["rows"], r["stage"], r["code"]))
@@ -183,6 +193,60 @@ def _plots(report: dict[str, Any]) -> str:
     if not figs:
         return ""
     return '<section><h2>Distributions</h2><div class="plots">' + "".join(figs) + "</div></section>"
+
+
+def _total(t: dict[str, Any]) -> str:
+    """A published total; ``≤`` marks an upper bound (rows entered by a bound)."""
+    v = t["value"]
+    text = f"{v:.2%}" if isinstance(v, float) and v <= 1 and not float(v).is_integer() \
+        else _fmt(v)
+    return f"≤ {text}" if t.get("bounded_rows") else text
+
+
+def _tokens(report: dict[str, Any]) -> str:
+    """The totals the stages publish (tokens, supervised tokens, rows over the window), a
+    row per figure with its before and after side by side."""
+    rows, bounded = [], False
+    for st in report.get("stages", []):
+        totals = st.get("totals") or {}
+        names: list[str] = []
+        for k in totals:
+            base = k.removesuffix("_before").removesuffix("_after")
+            if base not in names:
+                names.append(base)
+        for base in names:
+            pair = [totals.get(f"{base}_before"), totals.get(f"{base}_after")]
+            if pair == [None, None]:
+                rows.append([esc(st["name"]), esc(base), esc(_total(totals[base])), ""])
+                bounded |= bool(totals[base].get("bounded_rows"))
+                continue
+            rows.append([esc(st["name"]), esc(base)] + [esc(_total(t)) if t else "–"
+                                                       for t in pair])
+            bounded |= any(t and t.get("bounded_rows") for t in pair)
+    if not rows:
+        return ""
+    note = ('<p class="note">≤: an upper bound; rows proven to fit the window were not '
+            "tokenized (set <code>exact_counts: true</code> on the stage to measure every "
+            "row).</p>" if bounded else "")
+    return ("<section><h2>Tokens</h2>"
+            + _table(["stage", "figure", "before (rows reaching the stage)",
+                      "after (rows it passed on)"], rows, "num") + note + "</section>")
+
+
+def _diagnostics(report: dict[str, Any]) -> str:
+    """Memory and timing internals of the stages, collapsed: for whoever tunes cleanpipe,
+    not for judging the data."""
+    parts = []
+    for st in report.get("stages", []):
+        for key, value in (st.get("diagnostics") or {}).items():
+            rows = ([[esc(k), esc(_compact(v))] for k, v in value.items()]
+                    if isinstance(value, dict) else [[esc(key), esc(_compact(value))]])
+            parts.append(f"<h4>{esc(st['name'])}: {esc(key)}</h4>"
+                         + _table(["", ""], rows, "meta"))
+    if not parts:
+        return ""
+    return ("<section><details><summary>Diagnostics (memory and timing internals)</summary>"
+            + "".join(parts) + "</details></section>")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
@@ -375,8 +439,9 @@ def render_html(report: dict[str, Any]) -> str:
     name = report.get("pipeline", {}).get("name", "pipeline")
     body = "".join([
         f"<h1>cleanpipe report: {esc(name)}</h1>",
-        _verdict(report), _totals(report), _plots(report), _stages(report), _reasons(report),
-        _examples(report), _sections(report), _meta(report),
+        _verdict(report), _totals(report), _plots(report), _tokens(report), _stages(report),
+        _reasons(report), _examples(report), _sections(report), _diagnostics(report),
+        _meta(report),
     ])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
