@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_quality as bq
 import quality_corpus as qc
 
-ROWS = 160
+ROWS = 120
 SHIPPED = sorted(p.stem for p in bq.PIPELINES.glob("*.yaml"))
 
 
