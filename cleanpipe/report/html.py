@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cleanpipe.report.text import codepoint_label, diff_snippets, visible
+from cleanpipe.report.tokens import BOUND_NOTE, any_bounded, token_figures, total_text
 
 __all__ = ["esc", "render_html"]
 
@@ -195,42 +196,18 @@ def _plots(report: dict[str, Any]) -> str:
     return '<section><h2>Distributions</h2><div class="plots">' + "".join(figs) + "</div></section>"
 
 
-def _total(t: dict[str, Any]) -> str:
-    """A published total; ``≤`` marks an upper bound (rows entered by a bound)."""
-    v = t["value"]
-    text = f"{v:.2%}" if isinstance(v, float) and v <= 1 and not float(v).is_integer() \
-        else _fmt(v)
-    return f"≤ {text}" if t.get("bounded_rows") else text
-
-
 def _tokens(report: dict[str, Any]) -> str:
-    """The totals the stages publish (tokens, supervised tokens, rows over the window), a
-    row per figure with its before and after side by side."""
-    rows, bounded = [], False
-    for st in report.get("stages", []):
-        totals = st.get("totals") or {}
-        names: list[str] = []
-        for k in totals:
-            base = k.removesuffix("_before").removesuffix("_after")
-            if base not in names:
-                names.append(base)
-        for base in names:
-            pair = [totals.get(f"{base}_before"), totals.get(f"{base}_after")]
-            if pair == [None, None]:
-                rows.append([esc(st["name"]), esc(base), esc(_total(totals[base])), ""])
-                bounded |= bool(totals[base].get("bounded_rows"))
-                continue
-            rows.append([esc(st["name"]), esc(base)] + [esc(_total(t)) if t else "–"
-                                                       for t in pair])
-            bounded |= any(t and t.get("bounded_rows") for t in pair)
-    if not rows:
+    """The totals the stages publish (tokens, supervised tokens, rows over the window)."""
+    figures = token_figures(report)
+    if not figures:
         return ""
-    note = ('<p class="note">≤: an upper bound; rows proven to fit the window were not '
-            "tokenized (set <code>exact_counts: true</code> on the stage to measure every "
-            "row).</p>" if bounded else "")
+    rows = [[esc(f.stage), esc(f.figure), esc(total_text(f.before)), esc(total_text(f.after))]
+            for f in figures]
     return ("<section><h2>Tokens</h2>"
             + _table(["stage", "figure", "before (rows reaching the stage)",
-                      "after (rows it passed on)"], rows, "num") + note + "</section>")
+                      "after (rows it passed on)"], rows, "num")
+            + (f'<p class="note">{esc(BOUND_NOTE)}</p>' if any_bounded(figures) else "")
+            + "</section>")
 
 
 def _diagnostics(report: dict[str, Any]) -> str:
