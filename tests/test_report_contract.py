@@ -124,6 +124,15 @@ def test_shipped_report_holds_what_its_stages_declare(shipped_runs, name: str) -
                           for c in ("unknown_label", "null_label"))
             assert sum(labels.values()) == entry["rows_in"] - invalid > 0
             assert report["distributions"]["labels"] == labels
+    # per text field: every read row's string as read, every kept row's after cleaning
+    fields = report["distributions"]["fields"]
+    unreadable = sum(r["rows"] for r in report["reasons"]
+                     if r["stage"] == "read" and r["action"] == "drop")
+    for f in pipe.spec.fields or []:
+        assert fields["before"][f]["strings"] == report["totals"]["read"] - unreadable, f
+        assert fields["after"][f]["strings"] == report["totals"]["kept"], f
+        assert 0 < fields["after"][f]["max_chars"] <= fields["after"][f]["chars"], f
+    assert fields["before"] and set(fields["after"]) <= set(fields["before"])
     # the run-level charts come from the first stage publishing each
     for key in (pub.TOKENS_BEFORE, pub.TOKENS_AFTER, pub.LABELS):
         first = next((i for i, s in enumerate(pipe.spec.stages) if key in s.publishes), None)

@@ -94,6 +94,8 @@ def build_report(spec: PipelineSpec, state: RunState, *, input_desc: list[str],
         "chars_before": {"edges": CHAR_EDGES, "counts": state.hist_before.tolist()},
         "chars_after": {"edges": CHAR_EDGES, "counts": state.hist_after.tolist()},
     }
+    if state.fields_before or state.fields_after:
+        dist["fields"] = {"before": state.fields_before, "after": state.fields_after}
     for name in _CHARTED:
         dist.update(next(({name: s["distributions"][name]} for s in stages
                           if name in s["distributions"]), {}))

@@ -210,6 +210,31 @@ def _tokens(report: dict[str, Any]) -> str:
             + "</section>")
 
 
+def _fields(report: dict[str, Any]) -> str:
+    """Per text field: strings, empty ones, mean and longest length, before → after."""
+    f = report.get("distributions", {}).get("fields")
+    if not f:
+        return ""
+
+    def value(stats: dict[str, int] | None, key: str) -> str:
+        if stats is None:
+            return "–"
+        if key == "mean":
+            return _fmt(round(stats["chars"] / stats["strings"], 1) if stats["strings"] else 0)
+        return _fmt(stats[key])
+
+    def pair(name: str, key: str) -> str:
+        return esc(" → ".join(value(f[side].get(name), key) for side in ("before", "after")))
+
+    names = list(dict.fromkeys([*f["before"], *f["after"]]))
+    rows = [[esc(n), pair(n, "strings"), pair(n, "empty"), pair(n, "mean"),
+             pair(n, "max_chars")] for n in names]
+    return ("<section><h2>Characters per field</h2><p class=\"note\">as read → after "
+            "cleaning (kept rows)</p>"
+            + _table(["field", "strings", "empty", "mean characters", "longest"], rows, "num")
+            + "</section>")
+
+
 def _diagnostics(report: dict[str, Any]) -> str:
     """Memory and timing internals of the stages, collapsed: for whoever tunes cleanpipe,
     not for judging the data."""
@@ -416,7 +441,8 @@ def render_html(report: dict[str, Any]) -> str:
     name = report.get("pipeline", {}).get("name", "pipeline")
     body = "".join([
         f"<h1>cleanpipe report: {esc(name)}</h1>",
-        _verdict(report), _totals(report), _plots(report), _tokens(report), _stages(report),
+        _verdict(report), _totals(report), _plots(report), _tokens(report), _fields(report),
+        _stages(report),
         _reasons(report), _examples(report), _sections(report), _diagnostics(report),
         _meta(report),
     ])
