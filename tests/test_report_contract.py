@@ -75,11 +75,15 @@ def shipped_runs(shared_data: Path, tmp_path_factory) -> dict[str, tuple[Pipelin
     trainer = bq.Trainer(tokenizer)
     work = tmp_path_factory.mktemp("shipped")
     out: dict[str, tuple[Pipeline, dict, Path]] = {}
+    corpora: dict[str, bq.Corpus] = {}
     for name in SHIPPED:
         src = bq.PIPELINES / f"{name}.yaml"
         spec = yaml.safe_load(src.read_text(encoding="utf-8"))
         (corpus_name,) = bq.corpora_for(spec)[:1]
-        corpus = bq.build_corpus(corpus_name, shared_data, ROWS, trainer.token_len)
+        if corpus_name not in corpora:
+            corpora[corpus_name] = bq.build_corpus(corpus_name, shared_data, ROWS,
+                                                   trainer.token_len)
+        corpus = corpora[corpus_name]
         d = work / name
         d.mkdir()
         yaml_path = bq.prepared_pipeline(src, tokenizer, corpus.labels_file, d)
