@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -298,3 +299,51 @@ def test_report_html_draws_the_published_charts(shipped_runs, browser) -> None:
         if diag is not None:
             assert not diag.get_property("open").json_value()  # collapsed
         page.close()
+
+
+# ----------------------------------------------------------------------- small fixtures
+
+
+def test_split_batches_sum_to_the_whole_batch_figures() -> None:
+    """What a stage publishes, summed over any split into batches (as the engine merges
+    workers' metrics), equals the figures of the whole batch."""
+    from cleanpipe.engine.apply import merge_metrics
+    from cleanpipe.stages.base import BatchContext
+    from cleanpipe.stages.token_ids import TokenIdCheck
+
+    lengths = [1, 5, 31, 32, 33, 64, 700, 5000, 0, 2]
+    ids = [list(range(n)) for n in lengths]
+    labels = [[-100] * (n // 2) + [1] * (n - n // 2) for n in lengths]
+    batch = pa.RecordBatch.from_pydict({"input_ids": ids, "labels": labels})
+    stage = TokenIdCheck(vocab_size=6000, attention_mask_field=None)
+
+    def figures(sizes: list[int]) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        start = 0
+        for size in sizes:
+            part = batch.slice(start, size)
+            merge_metrics(merged, stage.process(part, BatchContext(part)).metrics)
+            start += size
+        return {k: v.to_json() for k, v in stage.summary(merged).values.items()}
+
+    whole = figures([len(lengths)])
+    assert figures([3, 3, 4]) == figures([1] * len(lengths)) == whole
+    hist = whole[pub.TOKENS_BEFORE]
+    assert sum(hist["counts"]) == len(lengths)
+    # the empty row has every label masked: dropped, so not among the rows passed on
+    assert sum(whole[pub.TOKENS_AFTER]["counts"]) == len(lengths) - 1
+    # sorted buckets: 0,1,2,5,31 | 32,33 | 64 | 700 | 5000
+    nonzero = [(e, c) for e, c in zip(hist["edges"], hist["counts"], strict=True) if c]
+    assert nonzero == [(0, 5), (32, 2), (64, 1), (512, 1), (4096, 1)]
+    assert whole[pub.TOTAL_TOKENS_BEFORE] == {"value": sum(lengths), "bounded_rows": 0}
+    assert whole[pub.SUPERVISED_TOKENS_BEFORE]["value"] == sum(n - n // 2 for n in lengths)
+
+
+def test_labels_stage_publishes_its_tally() -> None:
+    from cleanpipe.stages.base import BatchContext
+    from cleanpipe.stages.labels import LabelCheck
+
+    batch = pa.RecordBatch.from_pydict({"label": ["pos", "neg", "pos", "meh", None]})
+    stage = LabelCheck(labels=["neg", "pos"])
+    res = stage.process(batch, BatchContext(batch))
+    assert stage.summary(res.metrics).values[pub.LABELS] == pub.Tally({"neg": 1, "pos": 2})

@@ -11,10 +11,11 @@ last answer so the sequence fits, only where some of that answer survives; a rec
 prompt alone fills the window is dropped.
 
 The report gets the token length of every row that reaches the stage and of every row it
-passes on (:mod:`cleanpipe.stages.published`). A row proven short without tokenizing is
-placed by its proof, a sound upper bound of its length, and counted as bounded (the chart
+passes on (:mod:`cleanpipe.stages.published`). A row proven short by its size alone is
+placed by that proof, a sound upper bound of its length, and counted as bounded (the chart
 shows those apart, and a total including one is marked as an upper bound): tokenizing it only
-to place it would cost the time the proof saves. ``exact_counts: true`` measures every row.
+to place it would cost the time the proof saves. A row proven short after encoding some of
+its pieces is counted (see ``_place_short``). ``exact_counts: true`` measures every row.
 """
 
 from __future__ import annotations
