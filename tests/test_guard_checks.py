@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from guard_data import read_records
 
-from cleanpipe.stages.base import BatchContext
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.stages.labels import LabelCheck
 from cleanpipe.stages.numeric import NumericCheck
 from cleanpipe.stages.outliers import Outliers

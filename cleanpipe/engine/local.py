@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from cleanpipe.contract.stage import BatchContext, GlobalStage, Stage
 from cleanpipe.engine.apply import (
     CHAR_EDGES,
     StageBatchStats,
@@ -48,7 +49,6 @@ from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
 from cleanpipe.io.schemas import check_fields_seen, with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
 from cleanpipe.spec import PipelineSpec, check_setting
-from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
 #: batches between two trims of the C heap (see memory.release_free_memory)
 _TRIM_EVERY = 4

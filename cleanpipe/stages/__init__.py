@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cleanpipe.stages.base import (
+from cleanpipe.contract.stage import (
     Action,
     BatchContext,
     BatchResult,

@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from cleanpipe.contract.sequence_stage import Measured, SequenceStage
+from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings
 from cleanpipe.fields import flatten_field, rebuild_field
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
 from cleanpipe.templating.sequences import template_response
-from cleanpipe.templating.stage import Measured, SequenceStage
 
 _BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 

@@ -10,9 +10,9 @@ import importlib
 import pkgutil
 from functools import cache
 
-from cleanpipe.stages.base import GlobalStage, Stage
+from cleanpipe.contract.stage import GlobalStage, Stage
 
-_INFRA = {"base", "registry"}
+_INFRA = {"registry"}
 
 
 @cache

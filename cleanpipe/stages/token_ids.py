@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
-from cleanpipe.stages._columns import typed_nulls
-from cleanpipe.stages.base import (
+from cleanpipe.columns import typed_nulls
+from cleanpipe.contract.stage import (
     Action,
     BatchContext,
     BatchResult,

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
+from cleanpipe.contract.sequence_stage import SequenceStage
+from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings
 from cleanpipe.templating.sequences import supervised_counts
-from cleanpipe.templating.stage import SequenceStage
 
 
 class TrainableTokens(SequenceStage):
