@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cleanpipe import __version__
+from cleanpipe.version import __version__
 
 EXIT_PASS, EXIT_GATE, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 

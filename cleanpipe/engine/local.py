@@ -35,7 +35,6 @@ from cleanpipe.engine.apply import (
     char_histogram,
     histogram_of,
 )
-from cleanpipe.engine.memory import release_free_memory, returning_pool, use_returning_pool
 from cleanpipe.engine.ordering import events_in_seq_order, quarantine_in_seq_order
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
@@ -48,6 +47,7 @@ from cleanpipe.io.line_blocks import block_bytes_from_env
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
 from cleanpipe.io.schemas import check_fields_seen, with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
+from cleanpipe.memory import release_free_memory, returning_pool, use_returning_pool
 from cleanpipe.spec import PipelineSpec, check_setting
 
 #: batches between two trims of the C heap (see memory.release_free_memory)

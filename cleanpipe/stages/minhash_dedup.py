@@ -29,7 +29,7 @@ from cleanpipe.dedup.parts import Parts, PartsMode, difference_windows, part_tex
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_texts, snippet_of
 from cleanpipe.dedup.text import UnicodeForm, buffers, normalize, row_texts, shingle_modes
-from cleanpipe.engine.memory import release_free_memory
+from cleanpipe.memory import release_free_memory
 
 
 @dataclass
