@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from guard_data import read_records
 
+from cleanpipe.contract.published import LABELS
 from cleanpipe.contract.stage import BatchContext
 from cleanpipe.stages.labels import LabelCheck
 from cleanpipe.stages.numeric import NumericCheck
@@ -38,8 +39,8 @@ def test_banking77_all_valid_then_ten_corrupted() -> None:
     b = _banking()
     res = _run(LabelCheck(field="category", labels_file=cats), b)
     assert res.findings.count() == 0
-    assert sum(res.metrics["label_histogram"].values()) == b.num_rows
-    assert len(res.metrics["label_histogram"]) == 77
+    assert sum(res.metrics[LABELS].values()) == b.num_rows
+    assert len(res.metrics[LABELS]) == 77
     # Corrupt ten rows in a copy: unknown strings, a near-miss, nulls.
     rng = np.random.default_rng(7)
     bad = sorted(rng.choice(b.num_rows, 10, replace=False).tolist())

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cleanpipe.contract.batch_context import BatchContext, FlatTexts
 from cleanpipe.contract.findings import Action, BatchResult, FindingChunk, Findings, TextResult
+from cleanpipe.contract.published import Summary, summary_of
 
 __all__ = [
     "Action", "BatchContext", "BatchResult", "BatchStage", "ExampleCount", "FindingChunk",
@@ -70,6 +71,9 @@ class Stage(BaseModel):
     #: Parameters that change where or how fast the stage works, never its results (a spill
     #: folder): left out of the pipeline's config hash.
     execution_params: ClassVar[frozenset[str]] = frozenset()
+    #: Distributions and totals this stage publishes for the report (names from
+    #: :mod:`cleanpipe.contract.published`); :meth:`summary` returns exactly these.
+    publishes: ClassVar[frozenset[str]] = frozenset()
 
     action: Action | None = None
     """Action for every code of this stage (overrides the defaults)."""
@@ -102,6 +106,12 @@ class Stage(BaseModel):
         Must be idempotent; the engine calls it in each worker. Keep loaded objects in private
         attributes so the stage still pickles cheaply.
         """
+
+    def summary(self, metrics: Mapping[str, Any]) -> Summary:
+        """The values of :attr:`publishes`, typed, from this stage's ``metrics`` summed over
+        every batch of the run (its batches put them there under the same names, see
+        :mod:`cleanpipe.contract.published`)."""
+        return summary_of(sorted(self.publishes), metrics)
 
     def describe(self) -> dict[str, Any]:
         """Parameters as plain data, for the report and ``cleanpipe stages``."""
