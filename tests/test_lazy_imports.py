@@ -58,6 +58,11 @@ def test_class_table_names_every_stage():
     assert sorted(classes) == stage_modules()
 
 
+def test_probing_the_package_imports_no_stage():
+    """Tools look for attributes such as ``__wrapped__``: that must not import every stage."""
+    assert loaded_after("import cleanpipe.stages as s; hasattr(s, '__wrapped__')") == []
+
+
 def test_every_stage_importable_by_class_name():
     import cleanpipe.stages as stages
 

@@ -65,6 +65,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in CLASS_MODULES:
         return getattr(importlib.import_module(f"{__name__}.{CLASS_MODULES[name]}"), name)
+    if name.startswith("__"):  # tools probing for __wrapped__ and the like: no full scan
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from cleanpipe.stages.registry import stage_classes
 
     for cls in stage_classes().values():
