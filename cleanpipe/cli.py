@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cleanpipe import __version__
 from cleanpipe.errors import CleanpipeError, ExitCode
+from cleanpipe.version import __version__
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 PIPELINES_DIR = Path(__file__).parent / "pipelines"
@@ -201,7 +201,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def describe_stages() -> str:
-    from cleanpipe.stages.base import GlobalStage, TextStage
+    from cleanpipe.contract.stage import GlobalStage, TextStage
     from cleanpipe.stages.registry import stage_classes
 
     out = []
@@ -265,7 +265,7 @@ def _type_name(t: Any) -> str:
     if origin is not None and args:
         name = getattr(origin, "__name__", str(origin).replace("typing.", ""))
         return f"{name}[{', '.join(_type_name(a) for a in args)}]"
-    return str(t).replace("typing.", "").replace("cleanpipe.stages.base.", "")
+    return str(t).replace("typing.", "").replace("cleanpipe.contract.stage.", "")
 
 
 def cmd_stages(args: argparse.Namespace) -> int:

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cleanpipe.contract.stage import Stage
 from cleanpipe.errors import CleanpipeError
-from cleanpipe.stages.base import Stage
 
 
 @dataclass(frozen=True)

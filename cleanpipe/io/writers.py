@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cleanpipe.errors import CleanpipeError
 from cleanpipe.fault_points import pause_point
+from cleanpipe.io.errors import OutputError
 from cleanpipe.io.output_guard import (
     MANIFEST,
     check_replaceable,
@@ -48,10 +48,6 @@ from cleanpipe.io.schemas import cast_batch, unify_schemas
 GROUP_ROWS = 65_536
 #: ... or once its rows hold this many bytes (:func:`cleanpipe.io.row_bytes.row_bytes`)
 GROUP_BYTES = 32 << 20
-
-
-class OutputError(CleanpipeError):
-    """The output location cannot be used (exists, not writable, disk full): exit code 2."""
 
 
 class RowGroups:

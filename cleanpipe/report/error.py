@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cleanpipe import __version__
 from cleanpipe.errors import ExitCode
 from cleanpipe.report.junit import render_junit
+from cleanpipe.version import __version__
 
 
 def error_report(*, command: str, pipeline: str | None, exit_code: int, message: str,
