@@ -9,6 +9,12 @@ are not tokenized.
 Actions for ``too_long``: ``drop`` (default), ``flag``, ``fail``, or ``fix`` = truncate the
 last answer so the sequence fits, only where some of that answer survives; a record whose
 prompt alone fills the window is dropped.
+
+With a ``trainer`` profile (``trl``, ``llamafactory``, ``axolotl``) the length counted is
+the one that trainer builds, and the window is its own option (``max_length``,
+``cutoff_len``, ``sequence_len``); every record is tokenized. Under ``axolotl`` the default
+action follows ``excess_length_strategy``: ``drop`` drops, ``truncate`` flags (axolotl
+trains on the first ``sequence_len`` tokens), ``raise`` fails.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from cleanpipe.fields import flatten_field, rebuild_field
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
+from cleanpipe.templating.profiles import AxolotlTrainer
 from cleanpipe.templating.sequences import template_response
 from cleanpipe.templating.stage import Measured, SequenceStage
 
@@ -55,12 +62,34 @@ class ContextLength(SequenceStage):
     codes = {"too_long": Action.DROP, "render_error": Action.DROP}
     forbidden_actions = {"render_error": frozenset({Action.FIX})}
 
-    max_length: int = Field(gt=0)
-    """The context window in tokens (the trainer's ``cutoff_len`` / ``max_seq_length``)."""
+    max_length: int | None = Field(None, gt=0)
+    """The context window in tokens; required unless the ``trainer`` profile sets it
+    (``max_length``, ``cutoff_len``, ``sequence_len``)."""
     exact_counts: bool = False
     """Tokenize every record, even those provably under the limit (slower)."""
 
+    @model_validator(mode="after")
+    def _window(self) -> ContextLength:
+        if self.max_length is None:
+            raise ValueError("max_length: required (or a trainer with its length option, e.g."
+                             " trainer: {name: trl, max_length: 1024})")
+        if self.profile.name != "plain" and self.action_of("too_long") == Action.FIX:
+            raise ValueError(f"too_long: action fix truncates answers for trainer plain only;"
+                             f" trainer {self.profile.name} truncates on its own")
+        return self
+
+    def _too_long_action(self) -> Action:
+        p = self.profile
+        if isinstance(p, AxolotlTrainer) and "too_long" not in self.actions \
+                and self.action is None:
+            return {"drop": Action.DROP, "truncate": Action.FLAG,
+                    "raise": Action.FAIL}[p.excess_length_strategy]
+        return self.action_of("too_long")
+
     def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        if self.profile.name != "plain":
+            return self._process_trained(batch)
+        assert self.max_length is not None
         m = self.measure(batch, self.max_length, exact=self.exact_counts)
         found = Findings(self.name)
         errors = [i for i, e in enumerate(m.rendered.errors) if e]
@@ -84,15 +113,39 @@ class ContextLength(SequenceStage):
         elif long_rows.size:
             found.add(long_rows, "too_long", act, detail=[
                 f"{m.counts[i]} tokens > {self.max_length}" for i in long_rows])
-        return BatchResult(out_batch, found, self._metrics(m, long_rows.size, len(truncated)))
+        metrics = self._metrics(m, long_rows.size, len(truncated))
+        if self.trainer is not None:
+            metrics["trainer"] = self.profile.name
+        return BatchResult(out_batch, found, metrics)
 
-    def _metrics(self, m: Measured, n_long: int, n_trunc: int) -> dict[str, Any]:
-        counted = m.counts[m.counts >= 0]
+    def _process_trained(self, batch: pa.RecordBatch) -> BatchResult:
+        """Lengths as the profile's trainer builds them; every row is tokenized."""
+        t = self.trained(batch)
+        found = Findings(self.name)
+        errors = [i for i, e in enumerate(t.errors) if e]
+        if errors:
+            found.add(errors, "render_error", self.action_of("render_error"),
+                      detail=[t.errors[i] for i in errors])
+        long_rows = np.flatnonzero(t.lengths > self.max_length)
+        if long_rows.size:
+            opt = self.profile.length_option
+            found.add(long_rows, "too_long", self._too_long_action(), detail=[
+                f"{t.lengths[i]} tokens > {self.profile.name} {opt} {self.max_length}"
+                for i in long_rows])
+        counts = t.lengths.copy()
+        metrics = self._metrics(counts, long_rows.size, 0)
+        metrics["trainer"] = self.profile.name
+        return BatchResult(None, found, metrics)
+
+    def _metrics(self, m: Measured | np.ndarray, n_long: int, n_trunc: int
+                 ) -> dict[str, Any]:
+        counts = m.counts if isinstance(m, Measured) else m
+        counted = counts[counts >= 0]
         hist = Counter(_bucket(int(c)) for c in counted)
         return {
-            "rows": len(m.counts),
+            "rows": len(counts),
             "tokenized": int(counted.size),
-            "skipped_provably_short": int(np.sum(m.counts < 0)),
+            "skipped_provably_short": int(np.sum(counts < 0)),
             "tokens_in_tokenized_rows": int(counted.sum()),
             "too_long": int(n_long),
             "truncated": int(n_trunc),

@@ -6,6 +6,11 @@ the window so that truncation to ``max_length`` cuts the whole answer away.
 
 Supervised tokens are those overlapping an assistant turn (chat) or the response column
 (template); the end-of-turn token is not counted, so an empty answer counts 0.
+
+With a ``trainer`` profile (``trl``, ``llamafactory``, ``axolotl``) the supervised tokens are
+the ones that trainer gives a label, after its own truncation; a row the trainer leaves out
+itself (axolotl's ``excess_length_strategy: drop``, a conversation LLaMA-Factory cannot
+align) has none.
 """
 
 from __future__ import annotations
@@ -40,11 +45,14 @@ class TrainableTokens(SequenceStage):
                          "render_error": frozenset({Action.FIX})}
 
     max_length: int | None = Field(default=None, gt=0)
-    """Truncation length of the trainer (right truncation); None: no truncation."""
+    """Truncation length of the trainer (right truncation); None: no truncation. With a
+    ``trainer`` profile, the same as its length option."""
     min_trainable: int = Field(default=1, ge=1)
     """Fewest supervised tokens a sample must keep."""
 
     def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        if self.profile.name != "plain":
+            return self._process_trained(batch)
         rendered = self.render(batch)
         n = batch.num_rows
         specials = self._specials()
@@ -80,9 +88,49 @@ class TrainableTokens(SequenceStage):
                 "empty answer" if empty[i] else
                 f"{trainable[i]} supervised tokens within {self.max_length}" for i in bad])
         reasons = Counter("empty_answer" if empty[i] else "truncated_away" for i in bad)
-        return BatchResult(None, found, {
+        metrics = {
             "rows": n,
             "tokenized": int(rows.size),
             "no_trainable_tokens": int(bad.size),
             "reasons": dict(reasons),
+        }
+        if self.trainer is not None:
+            metrics["trainer"] = self.profile.name
+        return BatchResult(None, found, metrics)
+
+    def _process_trained(self, batch: pa.RecordBatch) -> BatchResult:
+        """Supervised tokens as the profile's trainer labels them; every row is tokenized."""
+        t = self.trained(batch)
+        n = batch.num_rows
+        trainable = t.supervised
+        found = Findings(self.name)
+        errors = [i for i, e in enumerate(t.errors) if e]
+        if errors:
+            found.add(errors, "render_error", self.action_of("render_error"),
+                      detail=[t.errors[i] for i in errors])
+        ok = np.array([not e for e in t.errors], dtype=bool)
+        bad = np.flatnonzero(ok & (trainable < self.min_trainable))
+        opt = self.profile.length_option
+        limit = f" within {opt} {self.profile.length}" if opt and self.profile.length else ""
+
+        def why(i: int) -> str:
+            if t.skipped[i]:
+                return str(t.skipped[i])
+            return f"{trainable[i]} supervised tokens{limit} ({self.profile.name})"
+
+        def reason(i: int) -> str:
+            if t.skipped[i]:
+                return "left_out_by_trainer"
+            return "truncated_away" if t.lengths[i] > len(t.ids[i]) else "no_labelled_token"
+
+        if bad.size:
+            found.add(bad, "no_trainable_tokens", self.action_of("no_trainable_tokens"),
+                      detail=[why(i) for i in bad])
+        return BatchResult(None, found, {
+            "rows": n,
+            "tokenized": int(ok.sum()),
+            "no_trainable_tokens": int(bad.size),
+            "supervised_tokens": int(trainable[ok].sum()),
+            "reasons": dict(Counter(reason(i) for i in bad)),
+            "trainer": self.profile.name,
         })
