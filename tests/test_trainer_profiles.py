@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import in_ci, realdata
@@ -65,18 +64,23 @@ def _tokenizer() -> str:
     return str(realdata("tokenizers", "qwen3"))
 
 
-def _cleanpipe(rows: list[dict[str, Any]], trainer: dict[str, Any], **params: Any
-               ) -> tuple[dict[str, tuple[int, int]], set[str]]:
-    """Per row id: (tokens as trained, supervised tokens); and the row ids cleanpipe keeps."""
-    stage = TrainableTokens(tokenizer=_tokenizer(), trainer=trainer, **params)
-    batch = pa.RecordBatch.from_pylist([{k: v for k, v in r.items()} for r in rows])
-    trained = stage.trained(batch)
+def _cleanpipe(rows: list[dict[str, Any]], trainer: dict[str, Any], lengths: tuple[int, ...],
+               **params: Any) -> dict[int, tuple[dict[str, tuple[int, int]], set[str]]]:
+    """Per length: {row id: (tokens as trained, supervised tokens)} for the rows the trainer
+    takes, and the row ids the ``trainable_tokens`` stage keeps."""
+    first = TrainableTokens(tokenizer=_tokenizer(), trainer=trainer, **params)
+    batch = pa.RecordBatch.from_pylist(rows)
     ids = [r["row_id"] for r in rows]
-    counts = {rid: (len(trained.ids[i]), int(trained.supervised[i]))
-              for i, rid in enumerate(ids) if not trained.skipped[i]}
-    result = stage.process(batch, None)  # type: ignore[arg-type]
-    dropped = set(result.findings.positions(Action.DROP).tolist())
-    return counts, {rid for i, rid in enumerate(ids) if i not in dropped}
+    out = {}
+    for length in lengths:
+        # one tokenizer load for all lengths: the copy keeps the loaded tokenizer
+        stage = first.model_copy(update={"trainer": first.profile.with_length(length)})
+        trained = stage.trained(batch)
+        counts = {rid: (len(trained.ids[i]), int(trained.supervised[i]))
+                  for i, rid in enumerate(ids) if not trained.skipped[i]}
+        dropped = set(stage.judge(trained).findings.positions(Action.DROP).tolist())
+        out[length] = counts, {rid for i, rid in enumerate(ids) if i not in dropped}
+    return out
 
 
 def _compare(name: str, ours: dict[str, tuple[int, int]], kept: set[str],
@@ -97,34 +101,40 @@ def _compare(name: str, ours: dict[str, tuple[int, int]], kept: set[str],
 
 
 # -- TRL ------------------------------------------------------------------------------------
-def _trl_counts(rows: list[dict[str, Any]], lengths: tuple[int, ...]
-                ) -> dict[int, dict[str, tuple[int, int]]]:
-    """TRL's own SFTTrainer dataset preparation on ``rows``, per max_length."""
+@pytest.fixture(scope="module")
+def trl_prepare(shared_data: Path) -> Any:
+    """TRL's own SFTTrainer dataset preparation: ``prepare(rows, max_length)`` gives
+    {row id: (tokens, supervised tokens)} for the rows TRL keeps."""
     trl = pytest.importorskip("trl", reason="pip install -e '.[trainers]'")
     import tempfile
 
     from datasets import Dataset
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(_tokenizer())
+    tok = AutoTokenizer.from_pretrained(shared_data / "tokenizers" / "qwen3")
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=8,
                                          intermediate_size=8, num_hidden_layers=1,
                                          num_attention_heads=1, num_key_value_heads=1))
-    out = {}
     with tempfile.TemporaryDirectory() as tmp:
         def config(length: int) -> Any:
             return trl.SFTConfig(output_dir=tmp, max_length=length, report_to=[],
-                                 dataset_num_proc=None, use_cpu=True)
+                                 dataset_num_proc=None, use_cpu=True,
+                                 disable_tqdm=True)
 
-        ds = Dataset.from_list(rows)
-        trainer = trl.SFTTrainer(model=model, args=config(lengths[0]), train_dataset=ds,
-                                 processing_class=tok)
-        for length in lengths:
-            prepared = trainer._prepare_dataset(ds, tok, config(length), False, None, "train")
-            out[length] = {r["row_id"]: (len(r["input_ids"]),
-                                         sum(1 for t in r["labels"] if t != -100))
-                           for r in prepared}
-    return out
+        # completion_only_loss left at None: TRL turns it on for this prompt-completion set,
+        # and it has no effect on a messages set (no completion mask)
+        trainer = trl.SFTTrainer(model=model, args=config(LENGTHS[0]), processing_class=tok,
+                                 train_dataset=Dataset.from_list([
+                                     {"prompt": "a", "completion": "b"}]))
+
+        def prepare(rows: list[dict[str, Any]], length: int) -> dict[str, tuple[int, int]]:
+            # an IterableDataset: a Dataset would hash the tokenizer at every map (seconds)
+            ds = trainer._prepare_dataset(Dataset.from_list(rows).to_iterable_dataset(), tok,
+                                          config(length), False, None, "train")
+            return {r["row_id"]: (len(r["input_ids"]),
+                                  sum(1 for t in r["labels"] if t != -100)) for r in ds}
+
+        yield prepare
 
 
 def _alpaca_prompt(r: dict[str, Any]) -> str:
@@ -136,17 +146,18 @@ def _user_turn(r: dict[str, Any]) -> str:
     return "\n".join(x for x in (r["instruction"], r["input"]) if x)
 
 
-def test_trl_profile_matches_sfttrainer(sets: dict[str, list[dict[str, Any]]]) -> None:
+def test_trl_profile_matches_sfttrainer(sets: dict[str, list[dict[str, Any]]],
+                                        trl_prepare: Any) -> None:
     cases = [
         # prompt-completion text: a format-string template, the completion ends with eos
         ("alpaca_en as prompt/completion text", sets["alpaca_en"], {"template": "alpaca"},
          [{"row_id": r["row_id"], "prompt": _alpaca_prompt(r), "completion": r["output"]}
-          for r in sets["alpaca_en"]]),
+          for r in sets["alpaca_en"]], LENGTHS),
         # conversational prompt-completion: prompt and response columns, chat template
         ("alpaca_en as conversational prompt/completion", sets["alpaca_en"], {},
          [{"row_id": r["row_id"], "prompt": [{"role": "user", "content": _user_turn(r)}],
            "completion": [{"role": "assistant", "content": r["output"]}]}
-          for r in sets["alpaca_en"]]),
+          for r in sets["alpaca_en"]], LENGTHS[:1]),
         ("MedicalGPT as conversational prompt/completion",
          [{"row_id": r["row_id"], "instruction": r["conversations"][0]["value"],
            "input": "", "output": r["conversations"][1]["value"]} for r in sets["medical"]],
@@ -154,25 +165,23 @@ def test_trl_profile_matches_sfttrainer(sets: dict[str, list[dict[str, Any]]]) -
          [{"row_id": r["row_id"],
            "prompt": [{"role": "user", "content": r["conversations"][0]["value"]}],
            "completion": [{"role": "assistant", "content": r["conversations"][1]["value"]}]}
-          for r in sets["medical"]]),
+          for r in sets["medical"]], LENGTHS),
         # conversational language modelling: OpenAI messages columns
         ("MedicalGPT as OpenAI messages", _openai(sets["medical"]), {},
-         _openai(sets["medical"])),
+         _openai(sets["medical"]), LENGTHS[:1]),
         ("ShareGPT as OpenAI messages", _openai(sets["sharegpt"]), {},
-         _openai(sets["sharegpt"])),
+         _openai(sets["sharegpt"]), LENGTHS),
     ]
-    for name, ours_rows, params, trl_rows in cases:
-        theirs = _trl_counts(trl_rows, LENGTHS)
-        for length in LENGTHS:
-            ours, kept = _cleanpipe(ours_rows, {"name": "trl", "max_length": length},
-                                    **params)
-            _compare(f"trl {name} max_length {length}", ours, kept, theirs[length],
-                     len(ours_rows))
+    for name, ours_rows, params, trl_rows, lengths in cases:
+        ours = _cleanpipe(ours_rows, {"name": "trl"}, lengths, **params)
+        for length in lengths:
+            _compare(f"trl {name} max_length {length}", *ours[length],
+                     trl_prepare(trl_rows, length), len(ours_rows))
     # ShareGPT as written (from: human/gpt): TRL renames the keys, not the roles, so Qwen3's
     # template renders nothing and TRL trains on none of it; cleanpipe must say so
-    theirs = _trl_counts(sets["sharegpt"], LENGTHS[:1])
-    ours, kept = _cleanpipe(sets["sharegpt"], {"name": "trl", "max_length": LENGTHS[0]})
-    _compare("trl ShareGPT human/gpt", ours, kept, theirs[LENGTHS[0]], N, trained=False)
+    ours = _cleanpipe(sets["sharegpt"], {"name": "trl"}, LENGTHS[:1])
+    _compare("trl ShareGPT human/gpt", *ours[LENGTHS[0]],
+             trl_prepare(sets["sharegpt"], LENGTHS[0]), N, trained=False)
 
 
 # -- LLaMA-Factory --------------------------------------------------------------------------
@@ -182,7 +191,7 @@ def _llamafactory_counts(jobs: list[dict[str, Any]]) -> dict[str, Any]:
             pytest.fail(f"{LF_PYTHON} missing: make .venv-llamafactory")
         pytest.skip(f"{LF_PYTHON} missing: make .venv-llamafactory")
     for job in jobs:
-        job.update(tokenizer=_tokenizer(), cutoff_len=list(LENGTHS))
+        job["tokenizer"] = _tokenizer()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(LF_PYTHON), str(LF_SCRIPT)], input=json.dumps(jobs),
                           capture_output=True, text=True, env=env, timeout=600)
@@ -198,29 +207,39 @@ ALPACA = {"formatting": "alpaca", "columns": {
     "prompt": "instruction", "query": "input", "response": "output"}}
 
 
+def _check_llamafactory(cases: dict[str, tuple[Any, ...]]) -> None:
+    jobs = [{"name": name, "rows": rows, "template": template, "cutoff_len": list(lengths),
+             **fmt, **opts} for name, (rows, fmt, template, opts, lengths) in cases.items()]
+    theirs = _llamafactory_counts(jobs)
+    for name, (rows, _fmt, _template, opts, lengths) in cases.items():
+        ours = _cleanpipe(rows, {"name": "llamafactory", **opts}, lengths)
+        for length in lengths:
+            _compare(f"llamafactory {name} cutoff_len {length}", *ours[length],
+                     theirs[name][str(length)], len(rows))
+
+
 def test_llamafactory_profile_matches_supervised_processor(
         sets: dict[str, list[dict[str, Any]]]) -> None:
-    cases = {
-        # template qwen3 is what a Qwen3 user names; None: parsed from the chat template
-        "alpaca_en": (sets["alpaca_en"], ALPACA, "qwen3", {}),
-        "medical": (sets["medical"], SHAREGPT, "qwen3", {}),
-        "medical, template parsed": (sets["medical"], SHAREGPT, None, {}),
-        "sharegpt": (sets["sharegpt"], SHAREGPT, "qwen3", {}),
-        "sharegpt as OpenAI messages": (_openai(sets["sharegpt"]), OPENAI, "qwen3", {}),
+    # template qwen3: what a Qwen3 user names in LLaMA-Factory
+    _check_llamafactory({
+        "alpaca_en": (sets["alpaca_en"], ALPACA, "qwen3", {}, LENGTHS),
+        "medical": (sets["medical"], SHAREGPT, "qwen3", {}, LENGTHS),
+        "sharegpt": (sets["sharegpt"], SHAREGPT, "qwen3", {}, LENGTHS),
+    })
+
+
+@pytest.mark.slow
+def test_llamafactory_profile_options_match(sets: dict[str, list[dict[str, Any]]]) -> None:
+    _check_llamafactory({
+        "sharegpt as OpenAI messages": (_openai(sets["sharegpt"]), OPENAI, "qwen3", {},
+                                        LENGTHS),
+        # no template named: LLaMA-Factory parses one from the chat template
+        "medical, template parsed": (sets["medical"], SHAREGPT, None, {}, LENGTHS),
         "sharegpt, mask_history": (sets["sharegpt"], SHAREGPT, "qwen3",
-                                   {"mask_history": True}),
+                                   {"mask_history": True}, LENGTHS),
         "alpaca_en, train_on_prompt": (sets["alpaca_en"], ALPACA, "qwen3",
-                                       {"train_on_prompt": True}),
-    }
-    jobs = [{"name": name, "rows": rows, "template": template, **fmt, **opts}
-            for name, (rows, fmt, template, opts) in cases.items()]
-    theirs = _llamafactory_counts(jobs)
-    for name, (rows, _fmt, _template, opts) in cases.items():
-        for length in LENGTHS:
-            ours, kept = _cleanpipe(rows, {"name": "llamafactory", "cutoff_len": length,
-                                           **opts})
-            _compare(f"llamafactory {name} cutoff_len {length}", ours, kept,
-                     theirs[name][str(length)], len(rows))
+                                       {"train_on_prompt": True}, LENGTHS),
+    })
 
 
 if __name__ == "__main__":  # pragma: no cover

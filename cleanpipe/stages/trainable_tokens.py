@@ -24,6 +24,7 @@ from pydantic import Field
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
 from cleanpipe.templating.sequences import supervised_counts
 from cleanpipe.templating.stage import SequenceStage
+from cleanpipe.templating.trained import Trained
 
 
 class TrainableTokens(SequenceStage):
@@ -100,8 +101,11 @@ class TrainableTokens(SequenceStage):
 
     def _process_trained(self, batch: pa.RecordBatch) -> BatchResult:
         """Supervised tokens as the profile's trainer labels them; every row is tokenized."""
-        t = self.trained(batch)
-        n = batch.num_rows
+        return self.judge(self.trained(batch))
+
+    def judge(self, t: Trained) -> BatchResult:
+        """The findings for rows already built by :meth:`trained` (trainer profiles)."""
+        n = len(t.errors)
         trainable = t.supervised
         found = Findings(self.name)
         errors = [i for i, e in enumerate(t.errors) if e]

@@ -10,8 +10,14 @@ import pyarrow as pa
 from pydantic import PrivateAttr, field_validator, model_validator
 
 from cleanpipe.stages.base import BatchStage, StageError
-from cleanpipe.templating.chat import KNOWN_ROLES, SHAREGPT_ROLES, ChatTemplate
-from cleanpipe.templating.profiles import PlainTrainer, Profile, TrlTrainer, parse_trainer
+from cleanpipe.templating.chat import SHAREGPT_ROLES, ChatTemplate
+from cleanpipe.templating.profiles import (
+    AxolotlTrainer,
+    PlainTrainer,
+    Profile,
+    TrlTrainer,
+    parse_trainer,
+)
 from cleanpipe.templating.sequences import (
     Rendered,
     chat_rows_from_batch,
@@ -223,6 +229,9 @@ class SequenceStage(BatchStage):
             rows = chat_rows_from_batch(batch, col, self.prompt_fields, self.response_field,
                                         self.system_field, role_map)
             tools = tools_from_batch(batch, self.tools_field)
+            if not isinstance(self.profile, AxolotlTrainer):  # the others render per trainer
+                return Records(errors=[None] * len(rows), messages=rows,
+                               from_columns=col is None, tools=tools), None
             rendered = render_chat_rows(rows, self._chat, tools)
             return Records(errors=list(rendered.errors), messages=rows,
                            from_columns=col is None, tools=tools), rendered

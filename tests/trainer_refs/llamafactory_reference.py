@@ -11,11 +11,13 @@ import time and used only to decode audio, so an empty module stands in for it h
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import json
 import os
 import sys
 import types
+from typing import Any
 
 os.environ.setdefault("DISABLE_VERSION_CHECK", "1")
 os.environ.setdefault("LLAMAFACTORY_VERBOSITY", "ERROR")
@@ -32,8 +34,13 @@ from llamafactory.hparams import DataArguments  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 
+@functools.lru_cache
+def load_tokenizer(path: str) -> Any:
+    return AutoTokenizer.from_pretrained(path)
+
+
 def run_job(job: dict) -> dict:
-    tokenizer = AutoTokenizer.from_pretrained(job["tokenizer"])
+    tokenizer = load_tokenizer(job["tokenizer"])
     attr = DatasetAttr("file", "rows", formatting=job["formatting"])
     for key, value in job.get("columns", {}).items():
         setattr(attr, key, value)
