@@ -114,8 +114,6 @@ class ContextLength(SequenceStage):
             found.add(long_rows, "too_long", act, detail=[
                 f"{m.counts[i]} tokens > {self.max_length}" for i in long_rows])
         metrics = self._metrics(m, long_rows.size, len(truncated))
-        if self.trainer is not None:
-            metrics["trainer"] = self.profile.name
         return BatchResult(out_batch, found, metrics)
 
     def _process_trained(self, batch: pa.RecordBatch) -> BatchResult:
@@ -134,7 +132,6 @@ class ContextLength(SequenceStage):
                 for i in long_rows])
         counts = t.lengths.copy()
         metrics = self._metrics(counts, long_rows.size, 0)
-        metrics["trainer"] = self.profile.name
         return BatchResult(None, found, metrics)
 
     def _metrics(self, m: Measured | np.ndarray, n_long: int, n_trunc: int

@@ -95,8 +95,6 @@ class TrainableTokens(SequenceStage):
             "no_trainable_tokens": int(bad.size),
             "reasons": dict(reasons),
         }
-        if self.trainer is not None:
-            metrics["trainer"] = self.profile.name
         return BatchResult(None, found, metrics)
 
     def _process_trained(self, batch: pa.RecordBatch) -> BatchResult:
@@ -136,5 +134,4 @@ class TrainableTokens(SequenceStage):
             "no_trainable_tokens": int(bad.size),
             "supervised_tokens": int(trainable[ok].sum()),
             "reasons": dict(Counter(reason(i) for i in bad)),
-            "trainer": self.profile.name,
         })
