@@ -379,6 +379,19 @@ def _pipeline_tokenizer(path: str) -> str | None:
     return found
 
 
+def _names_a_trainer(path: str) -> bool:
+    """Whether a pipeline file sets ``trainer:`` (top level or on a stage); only then is the
+    whole file validated, so a pipeline that only lends its tokenizer still works."""
+    from cleanpipe.spec_yaml import read_yaml
+
+    config = read_yaml(Path(path).read_text("utf-8"), path)[0] or {}
+    if not isinstance(config, dict):
+        return False
+    stages = config.get("stages") or []
+    return config.get("trainer") is not None or any(
+        isinstance(st, dict) and st.get("trainer") is not None for st in stages)
+
+
 def _trainer_stage(args: argparse.Namespace, tokenizer: str) -> Any:
     """The stage whose trainer profile builds the sequences, or None for the plain reading.
 
@@ -390,7 +403,7 @@ def _trainer_stage(args: argparse.Namespace, tokenizer: str) -> Any:
     from cleanpipe.templating.stage import SequenceStage
 
     stage = None
-    if args.pipeline:
+    if args.pipeline and _names_a_trainer(args.pipeline):
         from cleanpipe.spec import load_spec
 
         stage = next((s for s in load_spec(args.pipeline).stages
