@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cleanpipe.contract.stage import Stage
 from cleanpipe.engine.local import RunState, Sinks, execute
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
@@ -44,7 +45,6 @@ from cleanpipe.io.writers import (
 from cleanpipe.report.build import build_report
 from cleanpipe.result import CleanReport, CleanResult, as_dataset, like_input, unified_table
 from cleanpipe.spec import PipelineSpec, load_spec, spec_from_dict
-from cleanpipe.stages.base import Stage
 
 EVENTS_SCHEMA = pa.schema([
     ("row_id", pa.string()), ("seq", pa.int64()), ("stage", pa.string()), ("code", pa.string()),

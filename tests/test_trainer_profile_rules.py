@@ -15,8 +15,8 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from cleanpipe.cli import main
+from cleanpipe.contract.stage import Action
 from cleanpipe.spec import ConfigError, load_spec_text
-from cleanpipe.stages.base import Action
 from cleanpipe.stages.context_length import ContextLength
 from cleanpipe.stages.trainable_tokens import TrainableTokens
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from conftest import in_ci, realdata
 
-from cleanpipe.stages.base import Action
+from cleanpipe.contract.stage import Action
 from cleanpipe.stages.trainable_tokens import TrainableTokens
 from cleanpipe.templating import ALPACA_INPUT, ALPACA_NO_INPUT
 

@@ -39,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.contract.stage import StageError
 from cleanpipe.gate import ExitCode
-from cleanpipe.stages.base import StageError
 
 __all__ = ["SmokeResult", "build_sequences", "configured_tokenizer", "load_tokenizer", "register",
            "run_smoke"]
@@ -398,9 +398,9 @@ def _trainer_stage(args: argparse.Namespace, tokenizer: str) -> Any:
     ``--trainer`` wins; else the pipeline's first length stage that names a trainer (its
     template and fields come along). ``--max-length`` sets the trainer's length option.
     """
+    from cleanpipe.contract.sequence_stage import SequenceStage
     from cleanpipe.stages.trainable_tokens import TrainableTokens
     from cleanpipe.templating.profiles import parse_trainer
-    from cleanpipe.templating.stage import SequenceStage
 
     stage = None
     if args.pipeline and _names_a_trainer(args.pipeline):

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import PrivateAttr, field_validator, model_validator
 
-from cleanpipe.stages.base import BatchStage, StageError
+from cleanpipe.contract.stage import BatchStage, StageError
 from cleanpipe.templating.chat import SHAREGPT_ROLES, ChatTemplate
 from cleanpipe.templating.profiles import (
     AxolotlTrainer,
