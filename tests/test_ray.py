@@ -86,14 +86,11 @@ def _collect(executor: Callable[..., Any], pipe: Pipeline, source: Any) -> dict[
                           zip(q.row_ids, q.reasons, strict=True))
 
     events: list[pa.Table] = []
-    gen = executor(pipe.spec, source, Sinks(quarantine=on_q, events=events.append))
+    run = executor(pipe.spec, source, Sinks(quarantine=on_q, events=events.append))
     kept: list[str] = []
-    while True:
-        try:
-            kept.extend(next(gen).row_ids.to_pylist())
-        except StopIteration as stop:
-            state = stop.value
-            break
+    for rows in run:
+        kept.extend(rows.row_ids.to_pylist())
+    state = run.state
     report = pipe._report(state, source, None, False)
     ev = pa.concat_tables(events).sort_by([("seq", "ascending"), ("stage", "ascending"),
                                            ("code", "ascending")]) if events else None

@@ -9,7 +9,7 @@ from typing import Any
 
 from cleanpipe import __version__
 from cleanpipe.engine.apply import CHAR_EDGES
-from cleanpipe.engine.local import RunState
+from cleanpipe.engine.core import RunState
 from cleanpipe.report.schema import SCHEMA_VERSION
 from cleanpipe.spec import PipelineSpec
 from cleanpipe.stages.base import GlobalStage
