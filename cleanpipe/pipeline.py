@@ -157,7 +157,7 @@ class Pipeline:
         spec = self._spec_for(engine, address)
         run_exec = self._executor(spec)
         source = self._source(input)
-        out = output if output is not None else None
+        out = output
         prog = Progress(enabled=progress)
         if out is None:
             state = run_exec(spec, source, Sinks(), workers=workers, progress=prog).finish()

@@ -149,7 +149,8 @@ def _same(make: Callable[[], Pipeline], source: Any) -> dict[str, Any]:
     runs = len(ray_dedup.RUNS)
     distributed = _collect(execute_ray, make(), source)
     # the dedup stages grouped on the cluster, not on the driver
-    n_dedup = sum(isinstance(s, (MinHashDedup, ExactDedup)) for s in make().spec.stages)
+    n_dedup = sum(isinstance(s, GlobalStage) and s.distributed_grouping() is not None
+                  for s in make().spec.stages)
     assert len(ray_dedup.RUNS) == runs + n_dedup
     local["ray_runs"] = ray_dedup.RUNS[runs:]
     assert distributed["kept"] == local["kept"]
