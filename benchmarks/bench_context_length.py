@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from guard_data import read_t0  # noqa: E402
 
-from cleanpipe.stages.base import BatchContext  # noqa: E402
+from cleanpipe.contract.stage import BatchContext  # noqa: E402
 from cleanpipe.stages.context_length import ContextLength  # noqa: E402
 
 DATA = Path(os.environ.get("CLEANPIPE_REALDATA", REPO.parent / "shared" / "data"))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cleanpipe import __version__
+from cleanpipe.version import __version__
 
 EXIT_PASS, EXIT_GATE, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 
@@ -28,11 +28,11 @@ PIPELINES_DIR = Path(__file__).parent / "pipelines"
 def _error_code(exc: BaseException) -> int | None:
     from pydantic import ValidationError
 
+    from cleanpipe.contract.stage import StageError
     from cleanpipe.fields import FieldError
     from cleanpipe.io.sources import InputError
     from cleanpipe.io.writers import OutputError
     from cleanpipe.spec import ConfigError
-    from cleanpipe.stages.base import StageError
 
     if isinstance(exc, InputError) or _network_error(exc):
         return EXIT_INPUT
@@ -204,7 +204,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def describe_stages() -> str:
-    from cleanpipe.stages.base import GlobalStage, TextStage
+    from cleanpipe.contract.stage import GlobalStage, TextStage
     from cleanpipe.stages.registry import stage_classes
 
     out = []
@@ -268,7 +268,7 @@ def _type_name(t: Any) -> str:
     if origin is not None and args:
         name = getattr(origin, "__name__", str(origin).replace("typing.", ""))
         return f"{name}[{', '.join(_type_name(a) for a in args)}]"
-    return str(t).replace("typing.", "").replace("cleanpipe.stages.base.", "")
+    return str(t).replace("typing.", "").replace("cleanpipe.contract.stage.", "")
 
 
 def cmd_stages(args: argparse.Namespace) -> int:

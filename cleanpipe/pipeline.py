@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from cleanpipe.contract.stage import Stage
 from cleanpipe.engine.core import EngineRun, RunState, Sinks
 from cleanpipe.engine.local import execute
 from cleanpipe.engine.progress import Progress
@@ -36,7 +37,6 @@ from cleanpipe.io.writers import OutputError, write_json
 from cleanpipe.report.build import build_report
 from cleanpipe.result import CleanReport, CleanResult, as_dataset, like_input, unified_table
 from cleanpipe.spec import PipelineSpec, load_spec, spec_from_dict
-from cleanpipe.stages.base import Stage
 
 
 class Pipeline:

@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cleanpipe.contract.stage import Stage
 from cleanpipe.limits import MAX_BATCH_SIZE, MAX_ROWS_PER_PART, MAX_WORKERS, MAX_YAML_BYTES
 from cleanpipe.spec_yaml import YamlLimitError, key_path_text, read_yaml
 from cleanpipe.stage_order import StageOrderError, check_stage_order
-from cleanpipe.stages.base import Stage
 
 
 class ConfigError(Exception):
@@ -105,7 +105,7 @@ class PipelineSpec(BaseModel):
     def config_hash(self) -> str:
         """sha256 of what decides the results: :meth:`config_dict` less the name, the
         description, where the data lives (``input.path``, ``output.path``) and each stage's
-        :attr:`~cleanpipe.stages.base.Stage.execution_params`. Equal hashes: the same input
+        :attr:`~cleanpipe.contract.stage.Stage.execution_params`. Equal hashes: the same input
         gives the same output, byte for byte."""
         d = self.config_dict()
         for key in ("name", "description"):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cleanpipe.stages.base import Stage
+from cleanpipe.contract.stage import Stage
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,7 @@ import pytest
 from pydantic import PrivateAttr
 
 from cleanpipe import Pipeline
-from cleanpipe.engine.core import Sinks
-from cleanpipe.engine.local import execute
-from cleanpipe.engine.rows import QuarantineRows
-from cleanpipe.report import FILES
-from cleanpipe.stages.base import (
+from cleanpipe.contract.stage import (
     Action,
     BatchContext,
     BatchResult,
@@ -30,6 +26,10 @@ from cleanpipe.stages.base import (
     TextResult,
     TextStage,
 )
+from cleanpipe.engine.core import Sinks
+from cleanpipe.engine.local import execute
+from cleanpipe.engine.rows import QuarantineRows
+from cleanpipe.report import FILES
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from tests.conftest import realdata

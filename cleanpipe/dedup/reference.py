@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from cleanpipe.stages.base import StageError
+from cleanpipe.contract.stage import StageError
 
 
 def load_reference(item: Any) -> tuple[str, pa.Table]:

@@ -16,9 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.engine.rows import QuarantineRows, Rows
-from cleanpipe.fields import FieldError, flatten_field, parse_selector, rebuild_field
-from cleanpipe.stages.base import (
+from cleanpipe.contract.stage import (
     Action,
     BatchContext,
     BatchStage,
@@ -28,6 +26,8 @@ from cleanpipe.stages.base import (
     Stage,
     TextStage,
 )
+from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.fields import FieldError, flatten_field, parse_selector, rebuild_field
 
 MAX_EXAMPLES = 5
 #: Histogram edges (characters per row, all text fields together): powers of two.

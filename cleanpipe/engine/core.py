@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+from cleanpipe.contract.stage import BatchContext, GlobalStage, Stage
 from cleanpipe.engine.apply import (
     CHAR_EDGES,
     StageBatchStats,
@@ -49,15 +50,14 @@ from cleanpipe.engine.apply import (
     histogram_of,
     merge_field_stats,
 )
-from cleanpipe.engine.memory import release_free_memory
 from cleanpipe.engine.ordering import events_in_seq_order, quarantine_in_seq_order
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.engine.shard_quarantine import ShardQuarantine
 from cleanpipe.fault_points import pause_point
 from cleanpipe.fields import discover_text_fields
+from cleanpipe.memory import release_free_memory
 from cleanpipe.spec import PipelineSpec
-from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
 #: batches between two trims of the C heap (see memory.release_free_memory)
 TRIM_EVERY = 4

@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from cleanpipe.contract.stage import GlobalStage, Stage
 from cleanpipe.engine.core import (
     DecidedBatch,
     EngineRun,
@@ -38,13 +39,12 @@ from cleanpipe.engine.core import (
     TaskResult,
     decide_batch,
 )
-from cleanpipe.engine.memory import returning_pool, use_returning_pool
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows
+from cleanpipe.memory import returning_pool, use_returning_pool
 from cleanpipe.spec import PipelineSpec, check_setting
-from cleanpipe.stages.base import GlobalStage, Stage
 
 #: inputs smaller than this run in-process: starting workers would cost more than it saves
 SMALL_INPUT_BYTES = 8 << 20

@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cleanpipe.dedup.decisions import DECISIONS
+from cleanpipe.contract.decisions import DECISIONS
+from cleanpipe.contract.stage import GlobalStage, Stage
 from cleanpipe.engine.core import (
     DecidedBatch,
     EngineRun,
@@ -60,7 +61,6 @@ from cleanpipe.engine.ray_shuffle import co_group
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows
 from cleanpipe.spec import PipelineSpec
-from cleanpipe.stages.base import GlobalStage, Stage
 
 #: object store of a cluster this engine starts itself (an existing cluster keeps its own)
 DEFAULT_OBJECT_STORE = 1 << 30

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cleanpipe.fault_points import pause_point
+from cleanpipe.io.errors import OutputError
 from cleanpipe.io.output_guard import (
     MANIFEST,
     check_replaceable,
@@ -53,10 +54,6 @@ QUARANTINE_COLUMNS = ("_cleanpipe_row_id", "_cleanpipe_stage", "_cleanpipe_reaso
 GROUP_ROWS = 65_536
 #: ... or once its rows hold this many bytes (:func:`cleanpipe.io.row_bytes.row_bytes`)
 GROUP_BYTES = 32 << 20
-
-
-class OutputError(Exception):
-    """The output location cannot be used (exists, not writable, disk full)."""
 
 
 class RowGroups:

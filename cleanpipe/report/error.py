@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cleanpipe import __version__
 from cleanpipe.report.junit import render_junit
+from cleanpipe.version import __version__
 
 #: what each exit code means, as report.json's ``error.meaning`` says it
 MEANINGS = {2: "usage or config error", 3: "unreadable input", 70: "internal error"}

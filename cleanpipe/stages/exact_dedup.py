@@ -11,14 +11,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
+from cleanpipe.contract.decided import DecidedFromTable
+from cleanpipe.contract.decisions import DECISIONS, decisions_table, reference_name
+from cleanpipe.contract.stage import Action, BatchContext, GlobalStage, StageError
 from cleanpipe.dedup import cluster, hashing
-from cleanpipe.dedup.decisions import DECISIONS, decisions_table, reference_name
 from cleanpipe.dedup.partition_steps import HASH_ROWS_SCHEMA
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts
-from cleanpipe.stages._decided import DecidedFromTable
-from cleanpipe.stages.base import Action, BatchContext, GlobalStage, StageError
 
 
 @dataclass

@@ -9,12 +9,14 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from cleanpipe.dedup import bands, cluster, external, kernels, part_kernels
-from cleanpipe.dedup.decisions import (
+from cleanpipe.contract.decided import DecidedFromTable
+from cleanpipe.contract.decisions import (
     DECISIONS,
     decisions_table,
     reference_name,
 )
+from cleanpipe.contract.stage import Action, BatchContext, GlobalStage
+from cleanpipe.dedup import bands, cluster, external, kernels, part_kernels
 from cleanpipe.dedup.minhash import (
     HashName,
     Scheme,
@@ -27,9 +29,7 @@ from cleanpipe.dedup.parts import Parts, PartsMode, difference_windows, part_tex
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_texts, snippet_of
 from cleanpipe.dedup.text import UnicodeForm, buffers, normalize, row_texts, shingle_modes
-from cleanpipe.engine.memory import release_free_memory
-from cleanpipe.stages._decided import DecidedFromTable
-from cleanpipe.stages.base import Action, BatchContext, GlobalStage
+from cleanpipe.memory import release_free_memory
 
 
 @dataclass

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
-from cleanpipe.stages import published as pub
-from cleanpipe.stages._columns import typed_nulls
-from cleanpipe.stages.base import (
+from cleanpipe.columns import typed_nulls
+from cleanpipe.contract import published as pub
+from cleanpipe.contract.stage import (
     Action,
     BatchContext,
     BatchResult,

@@ -1,7 +1,7 @@
 """Using one stage outside a pipeline: on a str, a list, an Arrow array, a polars Series,
 a pyarrow Table/RecordBatch, a polars DataFrame or a ``dict`` batch (``datasets.map``).
 
-    >>> from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+    >>> from cleanpipe.contract.stage import Action, Findings, TextResult, TextStage
     >>> import pyarrow as pa, pyarrow.compute as pc
     >>> class Upper(TextStage):
     ...     name = "upper_doc"
@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from cleanpipe.contract.batch_context import BatchContext
+from cleanpipe.contract.findings import Action, Findings
 from cleanpipe.fields import discover_text_fields, flatten_field, rebuild_field
 
 if TYPE_CHECKING:
-    from cleanpipe.stages.base import BatchStage, Findings, GlobalStage, TextStage
+    from cleanpipe.contract.stage import BatchStage, GlobalStage, TextStage
 
 
 
@@ -74,8 +76,6 @@ def _polars() -> Any:
 def run_text_stage_on_batch(stage: TextStage, batch: pa.RecordBatch,
                             fields: list[str]) -> tuple[pa.RecordBatch, Findings]:
     """Apply a text stage to ``fields`` of ``batch``; findings positions are batch rows."""
-    from cleanpipe.stages.base import Findings
-
     stage.setup()
     found = Findings(stage.name)
     for f in stage.fields or fields:
@@ -88,8 +88,6 @@ def run_text_stage_on_batch(stage: TextStage, batch: pa.RecordBatch,
 
 
 def _drop_mask(findings: Findings, n: int) -> np.ndarray:
-    from cleanpipe.stages.base import Action
-
     keep = np.ones(n, dtype=bool)
     keep[findings.positions(Action.DROP)] = False
     return keep
@@ -159,8 +157,6 @@ def apply_text_stage(stage: TextStage, data: Any) -> Any:
 
 def apply_batch_stage(stage: BatchStage, data: Any) -> Any:
     """Run a batch stage on a table-like value; rows it drops are removed."""
-    from cleanpipe.stages.base import BatchContext
-
     stage.setup()
     batch, kind = _batch_from(data)
     ctx = BatchContext(batch, discover_text_fields(batch.schema))
@@ -172,8 +168,6 @@ def apply_batch_stage(stage: BatchStage, data: Any) -> Any:
 def apply_global_stage(stage: GlobalStage, data: Any) -> Any:
     """Run a global stage (e.g. dedup) on an in-memory table-like value or a whole
     ``datasets.Dataset``; refuses one batch or row of a ``Dataset.map``."""
-    from cleanpipe.stages.base import BatchContext
-
     if _map_piece(data) is not None:
         cls = type(stage).__name__
         raise WholeDatasetRequired(
