@@ -103,7 +103,6 @@ class RunState:
 
     stage_stats: list[StageStats]
     read: int = 0
-    bad_records: int = 0
     kept: int = 0
     quarantined: int = 0
     shards: int = 0
