@@ -26,9 +26,10 @@ setup: $(FULL)
 demo: $(BASE)
 	$(VENV)/bin/cleanpipe demo --output out/demo --overwrite
 
-# pytest's summary line counts the skips (tests/conftest.py adds a "skips:" line; with
-# CI=true any skip off tests/allowed_skips.txt fails the run); then the wall time of it all
-test: $(FULL)
+# lint first (seconds); pytest's summary line counts the skips (tests/conftest.py adds a
+# "skips:" line; with CI=true any skip off tests/allowed_skips.txt fails the run); then the
+# wall time of it all
+test: $(FULL) lint
 	@start=$$(date +%s); status=0; \
 	$(PY) -m pytest -m "not slow" --durations=15 cleanpipe tests || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s"; exit $$status
@@ -38,8 +39,11 @@ test-slow: $(FULL)
 	$(PY) -m pytest -m slow tests || status=$$?; \
 	echo "make test-slow: wall time $$(( $$(date +%s) - start )) s"; exit $$status
 
+# ruff, then vulture for names nothing uses (paths and exceptions: [tool.vulture] in
+# pyproject.toml)
 lint: $(FULL)
 	$(VENV)/bin/ruff check cleanpipe tests benchmarks
+	$(PY) -m vulture
 
 # the peer tools (datatrove, data-juicer) get virtual environments of their own, made by
 # benchmarks/peers/setup_peers.py; only rensa, a plain library, goes into .venv

@@ -9,6 +9,8 @@
   tokenize a row as a trainer would;
 * :mod:`~cleanpipe.contract.decisions` and :mod:`~cleanpipe.contract.decided`: a global
   stage's decisions as a table, computed in one place and applied in another;
+* :mod:`~cleanpipe.contract.text_fields`: a text stage run over a batch's text fields, the
+  one way the engine and a stage used on its own both run it;
 * :mod:`~cleanpipe.contract.standalone`: one stage used on its own (a ``str``, a list, an
   Arrow array, a polars Series, a ``datasets`` batch).
 

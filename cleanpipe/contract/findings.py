@@ -181,3 +181,14 @@ class BatchResult:
     findings: Findings
     metrics: dict[str, Any] = field(default_factory=dict)
 
+
+def merge_metrics(into: dict[str, Any], new: dict[str, Any]) -> None:
+    """Sum nested dicts of numbers (histograms, totals)."""
+    for k, v in new.items():
+        if isinstance(v, dict):
+            merge_metrics(into.setdefault(k, {}), v)
+        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            into[k] = into.get(k, 0) + (v.item() if hasattr(v, "item") else v)
+        else:
+            # non-numeric values (a vocabulary size, a tokenizer name) are kept as the last seen
+            into[k] = v

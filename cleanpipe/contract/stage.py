@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from cleanpipe.contract.batch_context import BatchContext, FlatTexts
 from cleanpipe.contract.findings import Action, BatchResult, FindingChunk, Findings, TextResult
 from cleanpipe.contract.published import Summary, summary_of
+from cleanpipe.errors import CleanpipeError
 
 __all__ = [
     "Action", "BatchContext", "BatchResult", "BatchStage", "ExampleCount", "FindingChunk",
@@ -45,8 +46,9 @@ __all__ = [
 ExampleCount = Annotated[int, Field(ge=0, le=1000)]
 
 
-class StageError(ValueError):
-    """A stage cannot run with the parameters or data it was given (message for the user)."""
+class StageError(CleanpipeError, ValueError):
+    """A stage cannot run with the parameters or data it was given (message for the user):
+    exit code 2."""
 
 
 class Stage(BaseModel):

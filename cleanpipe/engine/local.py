@@ -83,7 +83,6 @@ class RunState:
 
     stage_stats: list[StageStats]
     read: int = 0
-    bad_records: int = 0
     kept: int = 0
     quarantined: int = 0
     shards: int = 0
@@ -313,7 +312,6 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
             unreadable = None
             if chunk.bad:
                 state.read += len(chunk.bad)
-                state.bad_records += len(chunk.bad)
                 for b in chunk.bad:
                     state.read_codes[b.code] = state.read_codes.get(b.code, 0) + 1
                     if sum(1 for e in state.read_examples if e["code"] == b.code) < 5:

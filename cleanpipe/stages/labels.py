@@ -26,14 +26,9 @@ from pydantic import Field, PrivateAttr
 
 from cleanpipe.columns import typed_nulls
 from cleanpipe.contract import published as pub
-from cleanpipe.contract.stage import (
-    Action,
-    BatchContext,
-    BatchResult,
-    BatchStage,
-    Findings,
-    StageError,
-)
+from cleanpipe.contract.batch_context import BatchContext
+from cleanpipe.contract.findings import Action, BatchResult, Findings
+from cleanpipe.contract.stage import BatchStage, StageError
 
 
 def load_label_file(path: str | Path, key: str = "label") -> list[Any]:

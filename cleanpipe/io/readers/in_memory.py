@@ -3,6 +3,7 @@ Dataset."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,29 +21,23 @@ def _memory_table(obj: Any) -> Iterator[pa.Table]:
     if isinstance(obj, pa.RecordBatch):
         yield pa.Table.from_batches([obj])
         return
-    try:
-        import polars as pl
-
-        if isinstance(obj, (pl.DataFrame, pl.LazyFrame)):
-            df = obj.collect() if isinstance(obj, pl.LazyFrame) else obj
-            yield df.to_arrow()
-            return
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import datasets
-
-        if isinstance(obj, datasets.Dataset):
-            if obj._indices is not None:
-                obj = obj.flatten_indices()
-            yield obj.data.table
-            return
-        if isinstance(obj, datasets.IterableDataset):
-            for b in obj.iter(batch_size=4096):
-                yield pa.Table.from_pydict(b)
-            return
-    except ImportError:  # pragma: no cover
-        pass
+    # an object can only be a polars or datasets one if that library is loaded already;
+    # importing either to find out costs seconds
+    pl = sys.modules.get("polars")
+    if pl is not None and isinstance(obj, (pl.DataFrame, pl.LazyFrame)):
+        df = obj.collect() if isinstance(obj, pl.LazyFrame) else obj
+        yield df.to_arrow()
+        return
+    datasets = sys.modules.get("datasets")
+    if datasets is not None and isinstance(obj, datasets.Dataset):
+        if obj._indices is not None:
+            obj = obj.flatten_indices()
+        yield obj.data.table
+        return
+    if datasets is not None and isinstance(obj, datasets.IterableDataset):
+        for b in obj.iter(batch_size=4096):
+            yield pa.Table.from_pydict(b)
+        return
     raise InputError(f"cannot read a {type(obj).__name__}: pass a path, a pyarrow Table, a"
                      " polars DataFrame or a datasets.Dataset")
 

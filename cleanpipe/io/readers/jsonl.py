@@ -40,11 +40,11 @@ from cleanpipe.io.readers.records import (
     LONG_INT_BYTES,
     MAX_NESTING,
     SUSPECT_BYTES,
-    any_type,
     json_decoder,
     table_from_records,
     type_depth,
 )
+from cleanpipe.io.schemas import any_type
 from cleanpipe.io.sources import InputError, Shard
 from cleanpipe.io.type_clashes import (
     json_kind,

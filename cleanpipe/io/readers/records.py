@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from cleanpipe.io.readers.chunks import BadRecord, Notes, ReadOptions
+from cleanpipe.io.schemas import any_type, nested_types
 from cleanpipe.io.sources import InputError, Shard
 from cleanpipe.io.type_clashes import (
     first_clashes,
@@ -167,38 +168,12 @@ def _no_surrogates(rec: Any) -> Any:
 
 def type_depth(schema: pa.Schema | pa.DataType) -> int:
     """How many levels of struct/list nesting a schema has (iteratively: no recursion)."""
-    stack = [(f.type, 1) for f in schema] if isinstance(schema, pa.Schema) else [(schema, 1)]
-    depth = 0
-    while stack:
-        t, d = stack.pop()
-        depth = max(depth, d)
-        if pa.types.is_struct(t):
-            stack.extend((t.field(i).type, d + 1) for i in range(t.num_fields))
-        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-            stack.append((t.value_type, d + 1))
-        elif pa.types.is_map(t):
-            stack.extend(((t.key_type, d + 1), (t.item_type, d + 1)))
-    return depth
+    return max((depth for _, depth in nested_types(schema)), default=0)
 
 
 def _has_numbers(schema: pa.Schema) -> bool:
     """Whether any field, at any depth, is an integer or a float."""
     return any_type(schema, lambda t: pa.types.is_integer(t) or pa.types.is_floating(t))
-
-
-def any_type(schema: pa.Schema, pred: Any) -> bool:
-    stack = [f.type for f in schema]
-    while stack:
-        t = stack.pop()
-        if pred(t):
-            return True
-        if pa.types.is_struct(t):
-            stack.extend(t.field(i).type for i in range(t.num_fields))
-        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-            stack.append(t.value_type)
-        elif pa.types.is_map(t):
-            stack.extend((t.key_type, t.item_type))
-    return False
 
 
 #: a bare JSON boolean, and an exponent no 64-bit float can hold: where the text has one,
