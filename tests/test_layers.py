@@ -27,14 +27,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("cleanpipe.version", "cleanpipe.errors", "cleanpipe.limits",
               "cleanpipe.fault_points", "cleanpipe.numba_cache", "cleanpipe.precompiled",
               "cleanpipe.memory", "cleanpipe.fields", "cleanpipe.columns")),
+    # text building blocks (byte scan, token scan, ftfy pre-screen, normal forms): plain
+    # functions over strings and Arrow arrays, for stages, dedup and tokenizers alike
+    ("text", ("cleanpipe.text",)),
     # reading inputs, writing outputs, and the containers results are handed back in
     ("io", ("cleanpipe.io", "cleanpipe.result")),
     # chat templates and tokenizers: what a trainer sees of a row
     ("templating", ("cleanpipe.templating",)),
     # what a stage is and hands back; using one stage on its own
     ("contract", ("cleanpipe.contract",)),
-    # building blocks of the stages (not stages themselves)
-    ("text", ("cleanpipe.text",)),
+    # rule sets: the character stages' engine, returning the contract's findings
+    ("text rules", ("cleanpipe.text.rules",)),
     ("dedup", ("cleanpipe.dedup",)),
     ("stages", ("cleanpipe.stages",)),
     # a pipeline file read and checked against the stages
