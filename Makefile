@@ -4,6 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-test
+# numba kernels compiled ahead of time (cleanpipe/precompiled.py): a small run compiles nothing
+KERNELS := cleanpipe/precompiled.py cleanpipe/dedup/kernels.py cleanpipe/dedup/part_kernels.py \
+	cleanpipe/stages/_byte_scan.py
+PRECOMPILED := cleanpipe/_precompiled.json
 
 .PHONY: demo test test-slow lint bench setup clean
 
@@ -21,14 +25,17 @@ $(FULL): pyproject.toml $(BASE)
 	$(PY) -m pip install -q -e ".[dev,ray,smoke]"
 	touch $(FULL)
 
-setup: $(FULL)
+$(PRECOMPILED): $(BASE) $(KERNELS)
+	$(PY) -m cleanpipe.precompiled
 
-demo: $(BASE)
+setup: $(FULL) $(PRECOMPILED)
+
+demo: $(BASE) $(PRECOMPILED)
 	$(VENV)/bin/cleanpipe demo --output out/demo --overwrite
 
 # pytest's summary line counts the skips (tests/conftest.py adds a "skips:" line; with
 # CI=true any skip off tests/allowed_skips.txt fails the run); then the wall time of it all
-test: $(FULL)
+test: $(FULL) $(PRECOMPILED)
 	@start=$$(date +%s); status=0; \
 	$(PY) -m pytest -m "not slow" --durations=15 cleanpipe tests || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s"; exit $$status
