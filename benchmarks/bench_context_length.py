@@ -42,7 +42,9 @@ data, tok, limits, batch, template = sys.argv[1], sys.argv[2], json.loads(sys.ar
 files = sorted((Path(data) / "data_per_template").glob("*.jsonl"))
 table = pa.concat_tables(pj.read_json(f) for f in files if f.stat().st_size)
 batches = table.combine_chunks().to_batches(max_chunksize=batch)
-out = {"rows": table.num_rows, "mb": sum(b.nbytes for b in batches) / 1e6}
+import cleanpipe
+out = {"rows": table.num_rows, "mb": sum(b.nbytes for b in batches) / 1e6,
+       "package": str(Path(cleanpipe.__file__).parent)}
 for limit in limits:
     stage = ContextLength(tokenizer=tok, max_length=limit, template=template,
                           response_field="completion", append_eos=True)
@@ -73,10 +75,12 @@ def _baseline(ref: str, into: Path) -> Path:
     return into
 
 
-def _measure(tree: Path, data: Path, tok: Path) -> dict:
+def _measure(tree: Path, data: Path, tok: Path, cwd: Path) -> dict:
+    # ``python -c`` puts the working folder first on sys.path: run from an empty one, so
+    # that PYTHONPATH alone decides which cleanpipe is measured.
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run([sys.executable, "-c", _MEASURE, str(data), str(tok),
-                           json.dumps(LIMITS), str(BATCH), TEMPLATE],
+                           json.dumps(LIMITS), str(BATCH), TEMPLATE], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         sys.exit(f"measuring {tree} failed: {proc.stderr[-3000:]}")
@@ -99,11 +103,16 @@ def main() -> None:
     runs: dict[str, list[dict]] = {"baseline": [], "this tree": []}
     loads = []
     with tempfile.TemporaryDirectory(prefix="bench-ctx-") as tmp:
-        trees = {"baseline": _baseline(args.baseline, Path(tmp)), "this tree": REPO}
+        trees = {"baseline": _baseline(args.baseline, Path(tmp) / "base"), "this tree": REPO}
+        empty = Path(tmp) / "cwd"
+        empty.mkdir()
         for _ in range(args.runs):
             for name, tree in trees.items():
                 loads.append(os.getloadavg()[0])
-                runs[name].append(_measure(tree, data, tok))
+                got = _measure(tree, data, tok, empty)
+                if Path(got["package"]).parent.resolve() != tree.resolve():
+                    sys.exit(f"measured {got['package']}, not {tree}")
+                runs[name].append(got)
     first = runs["baseline"][0]
     for name, rs in runs.items():
         for r in rs:

@@ -79,6 +79,11 @@ _WORD_PRETOKENIZERS = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSp
 _CUT = re.compile(r"\n(?=\S)")
 # ... and after ".", "!" or "?" before a space (sentence ends: pieces that repeat).
 _CUT_SENTENCES = re.compile(r"\n(?=\S)|[.!?](?= )")
+# The same cuts in RE2 for Arrow, each marked by a NUL: after a newline before a character
+# Python calls no space (White_Space, plus the separators U+001C-U+001F), and after
+# ".", "!" or "?" before a space.
+_CUT_MARKS = ((r"\n([^\t-\r\x{1c}-\x{1f}\x{85}\p{Z}])", "\n\x00\\1"),
+              (r"([.!?]) ", "\\1\x00 "))
 # Normal forms whose stable characters (quick check YES) are known: normalisers made only
 # of these leave a text of stable characters as it is.
 _FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
@@ -315,18 +320,14 @@ class LoadedTokenizer:
         texts = [t or "" for t in texts]
         n = len(texts)
         extra = self.specials_added(add_special_tokens)
-        pieces = [_split(self._cut, t) for t in texts]
-        flat = [p for ps in pieces for p in ps]
-        owner = np.repeat(np.arange(n), np.fromiter(map(len, pieces), np.int64, n))
-        size = self._piece_bounds(flat)
+        owner, pid, uniq = self._pieces(texts)
+        size = self._piece_bounds(uniq)[pid]
         excess = np.bincount(owner, weights=size, minlength=n) + extra - limit
         # Per text, its distinct uncounted pieces, largest first; a piece is chosen while
         # the text's excess is not yet covered by the pieces chosen before it.
-        ids: dict[str, int] = {}
-        pid = np.fromiter((ids.setdefault(p, len(ids)) for p in flat), np.int64, len(flat))
-        todo = np.flatnonzero(np.fromiter((p not in self._cache for p in flat), bool,
-                                          len(flat)))
-        _, first = np.unique(owner[todo] * len(ids) + pid[todo], return_index=True)
+        uncounted = np.fromiter((p not in self._cache for p in uniq), bool, len(uniq))
+        todo = np.flatnonzero(uncounted[pid])
+        _, first = np.unique(owner[todo] * len(uniq) + pid[todo], return_index=True)
         todo = todo[first]
         todo = todo[np.lexsort((pid[todo], -size[todo], owner[todo]))]
         gain = size[todo] * (1 - 1 / _PROOF_BYTES)
@@ -336,13 +337,12 @@ class LoadedTokenizer:
         before -= np.r_[before, 0][starts][owner[todo]]
         left = excess[owner[todo]]
         # no bound without counting (a normaliser of unknown growth): count every piece
-        pick = todo[(left - before > 0) | ~np.isfinite(left)]
-        self._encode_into_cache(sorted({flat[i] for i in pick.tolist()}))
-        size = self._piece_bounds(flat)
-        bound = np.bincount(owner, weights=size, minlength=n) + extra
+        pick = np.unique(pid[todo[(left - before > 0) | ~np.isfinite(left)]])
+        self._encode_into_cache(sorted(uniq[i] for i in pick.tolist()))
+        bound = np.bincount(owner, weights=self._piece_bounds(uniq)[pid], minlength=n) + extra
         # A text whose pieces are all counted has its exact count already: report it.
-        missing = np.fromiter((p not in self._cache for p in flat), bool, len(flat))
-        known = np.bincount(owner, weights=missing, minlength=n) == 0
+        missing = np.fromiter((p not in self._cache for p in uniq), bool, len(uniq))
+        known = np.bincount(owner, weights=missing[pid], minlength=n) == 0
         out = np.full(n, -1, dtype=np.int64)
         out[known] = bound[known]
         over = np.flatnonzero((bound > limit) & ~known)
@@ -350,6 +350,22 @@ class LoadedTokenizer:
             out[over] = self.count([texts[i] for i in over], add_special_tokens)
             bound[over] = out[over]
         return out, bound
+
+    def _pieces(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """The texts cut into pieces: per piece its text's index and an id, and the
+        distinct pieces by id. Cut with Arrow kernels (a NUL marks each cut), unless a text
+        holds a NUL itself."""
+        arr = pa.array(texts, pa.large_string())
+        if pc.any(pc.match_substring(arr, "\x00")).as_py():
+            lists = pa.array([_split(self._cut, t) for t in texts], pa.list_(pa.large_string()))
+        else:
+            for pattern, mark in _CUT_MARKS[: 2 if self._cut is _CUT_SENTENCES else 1]:
+                arr = pc.replace_substring_regex(arr, pattern, mark)
+            lists = pc.split_pattern(arr, "\x00")
+        owner = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+        codes = pc.list_flatten(lists).dictionary_encode()
+        return (owner, codes.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+                codes.dictionary.to_pylist())
 
     def encode(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
         """Full encodings (ids and character offsets)."""
