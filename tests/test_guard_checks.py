@@ -14,6 +14,7 @@ from cleanpipe.stages.base import BatchContext
 from cleanpipe.stages.labels import LabelCheck
 from cleanpipe.stages.numeric import NumericCheck
 from cleanpipe.stages.outliers import Outliers
+from cleanpipe.stages.published import LABELS
 from cleanpipe.stages.schema import SchemaCheck
 from cleanpipe.stages.token_ids import TokenIdCheck
 from tests.conftest import realdata
@@ -38,8 +39,8 @@ def test_banking77_all_valid_then_ten_corrupted() -> None:
     b = _banking()
     res = _run(LabelCheck(field="category", labels_file=cats), b)
     assert res.findings.count() == 0
-    assert sum(res.metrics["label_histogram"].values()) == b.num_rows
-    assert len(res.metrics["label_histogram"]) == 77
+    assert sum(res.metrics[LABELS].values()) == b.num_rows
+    assert len(res.metrics[LABELS]) == 77
     # Corrupt ten rows in a copy: unknown strings, a near-miss, nulls.
     rng = np.random.default_rng(7)
     bad = sorted(rng.choice(b.num_rows, 10, replace=False).tolist())

@@ -106,10 +106,9 @@ def _comparable(report: dict[str, Any]) -> dict[str, Any]:
     r.pop("timing")
     for s in r["stages"]:
         s.pop("seconds")
-        # byte estimates of in-memory buffers (minhash_dedup's section.memory) depend on how
+        # byte estimates of in-memory buffers (the dedup stages' diagnostics) depend on how
         # Arrow buffers were sliced and pickled on the way, not on the data: not a result
-        if isinstance(s.get("section"), dict):
-            s["section"].pop("memory", None)
+        s.pop("diagnostics", None)
     return r
 
 

@@ -7,6 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
+from cleanpipe.stages.published import SPECIAL_TOKENS
 from cleanpipe.stages.special_tokens import SpecialTokens, tokenizer_tokens
 from tests.conftest import realdata
 
@@ -56,7 +57,7 @@ def test_t0_endoftext_in_every_completion() -> None:
     stage = SpecialTokens(tokenizer=str(tok))
     res = stage.transform(pa.array(completions, pa.large_string()))
     assert res.findings.count("special_token") == 55185
-    assert res.metrics["tokens"] == {"<|endoftext|>": 55185}
+    assert res.metrics[SPECIAL_TOKENS] == {"<|endoftext|>": 55185}
     expected = [c[: -len("<|endoftext|>")] for c in completions]
     assert all(c.endswith("<|endoftext|>") for c in completions)
     assert res.texts.to_pylist() == expected

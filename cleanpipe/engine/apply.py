@@ -296,21 +296,40 @@ def apply_decide(stage: GlobalStage, rows: Rows, text_fields: list[str],
     return _act(stage, rows, data, res.findings, res.metrics, text_fields, flag_codes, t0)
 
 
-def char_histogram(batch: pa.RecordBatch, text_fields: list[str]) -> list[int]:
-    """Rows per character-count bin (all present text fields of a row added up)."""
-    return histogram_of(char_counts(batch, text_fields))
-
-
 def histogram_of(counts: np.ndarray) -> list[int]:
     bins = np.searchsorted(np.asarray(CHAR_EDGES[1:]), counts, side="right")
     return np.bincount(bins, minlength=len(CHAR_EDGES)).tolist()
 
 
-def char_counts(batch: pa.RecordBatch, text_fields: list[str]) -> np.ndarray:
-    """Characters per row, all present text fields added up."""
+def char_counts(batch: pa.RecordBatch, text_fields: list[str],
+                per_field: dict[str, dict[str, int]] | None = None) -> np.ndarray:
+    """Characters per row, all present text fields added up; with ``per_field``, each
+    field's :func:`field_char_stats` are added into it on the way."""
     n = batch.num_rows
     total = np.zeros(n, dtype=np.int64)
-    for values, positions in _texts_present(batch, text_fields):
-        lens = pc.fill_null(pc.utf8_length(values), 0).to_numpy(zero_copy_only=False)
-        total += np.bincount(positions, weights=lens, minlength=n).astype(np.int64)
+    for f in text_fields:
+        for values, positions in _texts_present(batch, [f]):
+            lens = pc.fill_null(pc.utf8_length(values), 0).to_numpy(zero_copy_only=False)
+            total += np.bincount(positions, weights=lens, minlength=n).astype(np.int64)
+            if per_field is not None:
+                merge_field_stats(per_field, {f: field_char_stats(lens)})
     return total
+
+
+def field_char_stats(lengths: np.ndarray) -> dict[str, int]:
+    """Strings, empty (or null) strings, characters and the longest string's characters of
+    one text field (nested fields count each string, e.g. each message).
+
+        >>> field_char_stats(np.array([3, 0, 10]))
+        {'strings': 3, 'empty': 1, 'chars': 13, 'max_chars': 10}
+    """
+    return {"strings": int(lengths.size), "empty": int((lengths == 0).sum()),
+            "chars": int(lengths.sum()), "max_chars": int(lengths.max(initial=0))}
+
+
+def merge_field_stats(into: dict[str, dict[str, int]], new: dict[str, dict[str, int]]) -> None:
+    """Add per-field :func:`field_char_stats` (the longest: the larger)."""
+    for f, st in new.items():
+        cur = into.setdefault(f, dict.fromkeys(st, 0))
+        for k, v in st.items():
+            cur[k] = max(cur[k], v) if k == "max_chars" else cur[k] + v

@@ -31,8 +31,8 @@ from cleanpipe.engine.apply import (
     apply_decide,
     apply_stage,
     char_counts,
-    char_histogram,
     histogram_of,
+    merge_field_stats,
 )
 from cleanpipe.engine.memory import release_free_memory, returning_pool, use_returning_pool
 from cleanpipe.engine.ordering import events_in_seq_order, quarantine_in_seq_order
@@ -90,6 +90,9 @@ class RunState:
     input_bytes: int = 0
     hist_before: np.ndarray = field(default_factory=lambda: np.zeros(len(CHAR_EDGES), np.int64))
     hist_after: np.ndarray = field(default_factory=lambda: np.zeros(len(CHAR_EDGES), np.int64))
+    #: per text field, as read and after cleaning: apply.field_char_stats summed
+    fields_before: dict[str, dict[str, int]] = field(default_factory=dict)
+    fields_after: dict[str, dict[str, int]] = field(default_factory=dict)
     read_codes: dict[str, int] = field(default_factory=dict)
     #: changes the reader made to kept rows: code -> [events, rows]
     read_fixes: dict[str, list[int]] = field(default_factory=dict)
@@ -151,15 +154,18 @@ class TaskResult:
     prepared: Any = None
     hist_before: list[int] | None = None
     hist_after: list[int] | None = None
+    fields_before: dict[str, dict[str, int]] | None = None
+    fields_after: dict[str, dict[str, int]] | None = None
 
 
 def _segment_task(args: tuple[int, Rows]) -> TaskResult:
     seg_i, rows = args
     seg: Segment = _W["segments"][seg_i]
     fields = _W["text_fields"]
-    hist_before = None
+    hist_before = fields_before = fields_after = None
     if seg_i == 0:
-        rows.chars = char_counts(rows.orig, fields)
+        fields_before = {}
+        rows.chars = char_counts(rows.orig, fields, fields_before)
         hist_before = histogram_of(rows.chars)
     stats, quarantine = [], []
     for i in seg.stateless:
@@ -180,10 +186,10 @@ def _segment_task(args: tuple[int, Rows]) -> TaskResult:
     if _W["tasks"] % _TRIM_EVERY == 0:
         release_free_memory()
     if seg.closing is None:
-        # untouched rows (the stages returned the very batch they got) keep their counts
-        unchanged = rows.data is rows.orig and rows.chars is not None
-        hist_after = histogram_of(rows.chars) if unchanged else char_histogram(rows.data, fields)
-    return TaskResult(rows, stats, quarantine, prepared, hist_before, hist_after)
+        fields_after = {}
+        hist_after = histogram_of(char_counts(rows.data, fields, fields_after))
+    return TaskResult(rows, stats, quarantine, prepared, hist_before, hist_after,
+                      fields_before, fields_after)
 
 
 # ------------------------------------------------------------------------------- reading
@@ -561,6 +567,8 @@ def _merge(res: TaskResult, state: RunState, take_stats: Callable[[int, StageBat
         state.hist_before += np.asarray(res.hist_before, np.int64)
     if res.hist_after is not None:
         state.hist_after += np.asarray(res.hist_after, np.int64)
+    merge_field_stats(state.fields_before, res.fields_before or {})
+    merge_field_stats(state.fields_after, res.fields_after or {})
     stats = ([(decided[0], decided[1])] if decided is not None else []) + list(res.stats)
     events = [res.rows.read_events] + [st.events for _, st in stats]
     res.rows.read_events = None

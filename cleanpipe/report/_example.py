@@ -14,6 +14,11 @@ def example_report() -> dict[str, Any]:
     from cleanpipe.gate import GateConfig, evaluate
 
     edges = [0, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+
+    def token_hist(counts: list[int]) -> dict[str, Any]:
+        return {"edges": edges[:len(counts)], "counts": counts, "bounded": [0] * len(counts)}
+
+    labels = {"positive": 520, "negative": 401, "neutral": 39}
     stages = [
         {"index": 0, "name": "unicode", "params": {"normalization": "NFC"}, "rows_in": 1000,
          "rows_out": 1000, "changed": 41, "dropped": 0, "flagged": 0, "failed": 0,
@@ -31,6 +36,8 @@ def example_report() -> dict[str, Any]:
          "seconds": 0.12,
          "codes": {"exact_duplicate": {"action": "drop", "events": 25, "rows": 25}},
          "metrics": {"clusters": 19},
+         "diagnostics": {"memory": {"index_bytes_per_row": 24.0,
+                                    "names_and_snippets_bytes_per_row": 96.5}},
          "section": {"clusters": [
              {"size": 3, "kept": "train.jsonl:12",
               "dropped": ["train.jsonl:480", "train.jsonl:911"],
@@ -42,12 +49,20 @@ def example_report() -> dict[str, Any]:
          "seconds": 0.88,
          "codes": {"too_long": {"action": "drop", "events": 9, "rows": 9},
                    "no_trainable_tokens": {"action": "drop", "events": 4, "rows": 4}},
-         "metrics": {"tokens": 812345}},
+         "metrics": {"tokenized": 975},
+         "distributions": {"tokens_before": token_hist([210, 330, 250, 130, 50, 16, 9, 5]),
+                           "tokens_after": token_hist([203, 326, 247, 128, 42, 16, 0, 0])},
+         "totals": {"total_tokens_before": {"value": 812345, "bounded_rows": 0},
+                    "total_tokens_after": {"value": 748120, "bounded_rows": 0},
+                    "rows_measured": {"value": 975, "bounded_rows": 0},
+                    "rows_over_window": {"value": 13, "bounded_rows": 0},
+                    "share_over_window": {"value": 0.013333, "bounded_rows": 0}}},
         {"index": 4, "name": "labels", "params": {"field": "label"}, "rows_in": 962,
          "rows_out": 962, "changed": 0, "dropped": 0, "flagged": 2, "failed": 0,
          "seconds": 0.01,
          "codes": {"unknown_label": {"action": "flag", "events": 2, "rows": 2}},
-         "metrics": {}},
+         "metrics": {},
+         "distributions": {"labels": labels}},
     ]
     reasons = [
         {"stage": s["name"], "code": code, "action": c["action"], "events": c["events"],
@@ -79,7 +94,7 @@ def example_report() -> dict[str, Any]:
          "before": "positve", "after": None},
     ]
     report: dict[str, Any] = {
-        "schema_version": "1",
+        "schema_version": "2",
         "cleanpipe_version": "0.1.0",
         "versions": {"python": "3.11.2", "pyarrow": "17.0.0", "polars": "1.9.0"},
         "pipeline": {"name": "sft-example", "path": "pipelines/sft.yaml",
@@ -99,9 +114,18 @@ def example_report() -> dict[str, Any]:
                              [: len(edges) - 1]},
             "chars_after": {"edges": edges, "counts": [36, 117, 255, 296, 157, 68, 26, 7, 0]
                             [: len(edges) - 1]},
-            "tokens_before": {"edges": edges, "counts": [210, 330, 250, 130, 50, 16, 9, 5]},
-            "tokens_after": {"edges": edges, "counts": [203, 326, 247, 128, 42, 16, 0, 0]},
-            "labels": {"positive": 520, "negative": 401, "neutral": 39, "positve": 2},
+            "tokens_before": stages[3]["distributions"]["tokens_before"],
+            "tokens_after": stages[3]["distributions"]["tokens_after"],
+            "labels": labels,
+            "fields": {
+                "before": {"instruction": {"strings": 1000, "empty": 0, "chars": 61234,
+                                           "max_chars": 2890},
+                           "output": {"strings": 1000, "empty": 4, "chars": 402511,
+                                      "max_chars": 30112}},
+                "after": {"instruction": {"strings": 962, "empty": 0, "chars": 58001,
+                                          "max_chars": 2890},
+                          "output": {"strings": 962, "empty": 0, "chars": 371340,
+                                     "max_chars": 16030}}},
         },
         "timing": {"wall_seconds": 2.4, "rows_per_second": 416.7,
                    "started": "2026-12-02T17:00:00+00:00"},

@@ -12,7 +12,8 @@ from cleanpipe.engine.apply import CHAR_EDGES
 from cleanpipe.engine.local import RunState
 from cleanpipe.report.schema import SCHEMA_VERSION
 from cleanpipe.spec import PipelineSpec
-from cleanpipe.stages.base import GlobalStage
+from cleanpipe.stages import published as pub
+from cleanpipe.stages.base import GlobalStage, Stage
 
 _KEY_DEPS = ("pyarrow", "polars", "datasets", "datasketch", "ftfy", "tokenizers", "numpy",
              "numba", "pydantic")
@@ -28,20 +29,32 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _label_distribution(stages: list[dict[str, Any]]) -> dict[str, int] | None:
-    for s in stages:
-        labels = s["metrics"].get("labels")
-        if isinstance(labels, dict) and labels:
-            return {str(k): int(v) for k, v in labels.items()}
-    return None
+#: Run-level distributions (the report's charts): each from the first stage publishing it.
+_CHARTED = (pub.TOKENS_BEFORE, pub.TOKENS_AFTER, pub.LABELS)
 
 
-def _token_distribution(stages: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
-    for s in stages:
-        h = s["metrics"].get(key)
-        if isinstance(h, dict) and "counts" in h:
-            return h
-    return None
+def published_entry(stage: Stage, metrics: dict[str, Any]) -> dict[str, Any]:
+    """A stage's report entry fields from what it publishes: its ``distributions`` and
+    ``totals`` (typed, by :attr:`Stage.publishes`) and its other ``metrics``."""
+    summary = stage.summary(metrics)
+    if set(summary.values) != set(stage.publishes):
+        raise RuntimeError(f"{stage.name}: summary() returned {sorted(summary.values)}, "
+                           f"but the stage publishes {sorted(stage.publishes)}")
+    return {
+        "metrics": {k: v for k, v in metrics.items() if k not in stage.publishes},
+        "distributions": {k: v.to_json() for k, v in sorted(summary.distributions().items())},
+        "totals": {k: v.to_json() for k, v in sorted(summary.totals().items())},
+    }
+
+
+def _section(stage: Stage) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A global stage's section, less its memory internals (returned apart, as
+    diagnostics)."""
+    if not isinstance(stage, GlobalStage):
+        return {}, {}
+    section = dict(stage.report_section())
+    memory = section.pop(pub.MEMORY, None)
+    return section, ({pub.MEMORY: memory} if memory else {})
 
 
 def build_report(spec: PipelineSpec, state: RunState, *, input_desc: list[str],
@@ -51,7 +64,7 @@ def build_report(spec: PipelineSpec, state: RunState, *, input_desc: list[str],
     examples: list[dict[str, Any]] = list(state.read_examples)
     changed = flagged = failed = 0
     for i, (stage, st) in enumerate(zip(spec.stages, state.stage_stats, strict=True)):
-        section = stage.report_section() if isinstance(stage, GlobalStage) else {}
+        section, diagnostics = _section(stage)
         stages.append({
             "index": i, "name": stage.name, "params": stage.describe(),
             "rows_in": st.rows_in, "rows_out": st.rows_out, "changed": st.changed,
@@ -59,7 +72,8 @@ def build_report(spec: PipelineSpec, state: RunState, *, input_desc: list[str],
             "seconds": round(st.seconds, 4),
             "codes": {c: {"action": a, "events": e, "rows": r}
                       for c, (a, e, r) in sorted(st.codes.items())},
-            "metrics": st.metrics, "section": section,
+            **published_entry(stage, st.metrics), "section": section,
+            "diagnostics": diagnostics,
         })
         changed += st.changed
         flagged += st.flagged
@@ -80,13 +94,11 @@ def build_report(spec: PipelineSpec, state: RunState, *, input_desc: list[str],
         "chars_before": {"edges": CHAR_EDGES, "counts": state.hist_before.tolist()},
         "chars_after": {"edges": CHAR_EDGES, "counts": state.hist_after.tolist()},
     }
-    for key in ("tokens_before", "tokens_after"):
-        tok = _token_distribution(stages, key)
-        if tok is not None:
-            dist[key] = tok
-    labels = _label_distribution(stages)
-    if labels is not None:
-        dist["labels"] = labels
+    if state.fields_before or state.fields_after:
+        dist["fields"] = {"before": state.fields_before, "after": state.fields_after}
+    for name in _CHARTED:
+        dist.update(next(({name: s["distributions"][name]} for s in stages
+                          if name in s["distributions"]), {}))
     wall = max(state.wall, 1e-9)
     return {
         "schema_version": SCHEMA_VERSION,

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from cleanpipe.report.text import codepoint_label, diff_snippets, visible
+from cleanpipe.report.tokens import BOUND_NOTE, any_bounded, token_figures, total_text
 
 __all__ = ["esc", "render_html"]
 
 ACTION_COLORS = {"drop": "#d1495b", "fix": "#2e86ab", "flag": "#edae49", "fail": "#6a040f"}
-BEFORE, AFTER = "#9aa5b1", "#2e86ab"
+BEFORE, AFTER, BOUNDED = "#9aa5b1", "#2e86ab", "#c9a227"
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
        "script-src 'none'; base-uri 'none'; form-action 'none'")
 
@@ -156,13 +157,23 @@ def _codepoints(report: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _token_series(d: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    """Before and after; and, where rows were placed by an upper bound of their length
+    instead of being tokenized, those rows as a series of their own."""
+    series = [("before", d.get("tokens_before"), BEFORE), ("after", d.get("tokens_after"), AFTER)]
+    before = d.get("tokens_before") or {}
+    if any(before.get("bounded") or ()):
+        series.append(("before, placed by a bound", {"edges": before["edges"],
+                                                     "counts": before["bounded"]}, BOUNDED))
+    return series
+
+
 def _plots(report: dict[str, Any]) -> str:
     d = report.get("distributions", {})
     figs = [
         histogram_chart("Characters per row", [("before", d.get("chars_before"), BEFORE),
                                                 ("after", d.get("chars_after"), AFTER)]),
-        histogram_chart("Tokens per row", [("before", d.get("tokens_before"), BEFORE),
-                                            ("after", d.get("tokens_after"), AFTER)]),
+        histogram_chart("Tokens per row", _token_series(d)),
     ]
     reasons = sorted((r for r in report.get("reasons", []) if r["rows"]),
                      key=lambda r: (-r["rows"], r["stage"], r["code"]))
@@ -183,6 +194,61 @@ def _plots(report: dict[str, Any]) -> str:
     if not figs:
         return ""
     return '<section><h2>Distributions</h2><div class="plots">' + "".join(figs) + "</div></section>"
+
+
+def _tokens(report: dict[str, Any]) -> str:
+    """The totals the stages publish (tokens, supervised tokens, rows over the window)."""
+    figures = token_figures(report)
+    if not figures:
+        return ""
+    rows = [[esc(f.stage), esc(f.figure), esc(total_text(f.before)), esc(total_text(f.after))]
+            for f in figures]
+    return ("<section><h2>Tokens</h2>"
+            + _table(["stage", "figure", "before (rows reaching the stage)",
+                      "after (rows it passed on)"], rows, "num")
+            + (f'<p class="note">{esc(BOUND_NOTE)}</p>' if any_bounded(figures) else "")
+            + "</section>")
+
+
+def _fields(report: dict[str, Any]) -> str:
+    """Per text field: strings, empty ones, mean and longest length, before → after."""
+    f = report.get("distributions", {}).get("fields")
+    if not f:
+        return ""
+
+    def value(stats: dict[str, int] | None, key: str) -> str:
+        if stats is None:
+            return "–"
+        if key == "mean":
+            return _fmt(round(stats["chars"] / stats["strings"], 1) if stats["strings"] else 0)
+        return _fmt(stats[key])
+
+    def pair(name: str, key: str) -> str:
+        return esc(" → ".join(value(f[side].get(name), key) for side in ("before", "after")))
+
+    names = list(dict.fromkeys([*f["before"], *f["after"]]))
+    rows = [[esc(n), pair(n, "strings"), pair(n, "empty"), pair(n, "mean"),
+             pair(n, "max_chars")] for n in names]
+    return ("<section><h2>Characters per field</h2><p class=\"note\">as read → after "
+            "cleaning (kept rows)</p>"
+            + _table(["field", "strings", "empty", "mean characters", "longest"], rows, "num")
+            + "</section>")
+
+
+def _diagnostics(report: dict[str, Any]) -> str:
+    """Memory and timing internals of the stages, collapsed: for whoever tunes cleanpipe,
+    not for judging the data."""
+    parts = []
+    for st in report.get("stages", []):
+        for key, value in (st.get("diagnostics") or {}).items():
+            rows = ([[esc(k), esc(_compact(v))] for k, v in value.items()]
+                    if isinstance(value, dict) else [[esc(key), esc(_compact(value))]])
+            parts.append(f"<h4>{esc(st['name'])}: {esc(key)}</h4>"
+                         + _table(["", ""], rows, "meta"))
+    if not parts:
+        return ""
+    return ("<section><details><summary>Diagnostics (memory and timing internals)</summary>"
+            + "".join(parts) + "</details></section>")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
@@ -375,8 +441,10 @@ def render_html(report: dict[str, Any]) -> str:
     name = report.get("pipeline", {}).get("name", "pipeline")
     body = "".join([
         f"<h1>cleanpipe report: {esc(name)}</h1>",
-        _verdict(report), _totals(report), _plots(report), _stages(report), _reasons(report),
-        _examples(report), _sections(report), _meta(report),
+        _verdict(report), _totals(report), _plots(report), _tokens(report), _fields(report),
+        _stages(report),
+        _reasons(report), _examples(report), _sections(report), _diagnostics(report),
+        _meta(report),
     ])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'

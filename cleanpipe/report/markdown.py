@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from cleanpipe.report.text import diff_snippets, visible
+from cleanpipe.report.tokens import BOUND_NOTE, any_bounded, token_figures, total_text
 
 __all__ = ["cell", "render_markdown"]
 
@@ -99,6 +100,17 @@ def render_markdown(report: dict[str, Any], *, max_examples: int = 10,
               _num(s["changed"]), _num(s["dropped"]), _num(s["flagged"]), _num(s["failed"]),
               f"{s['seconds']:.2f}"] for s in stages],
         )
+        out.append("")
+
+    figures = token_figures(report)
+    if figures:
+        out.append("### Tokens")
+        out.append("")
+        out += _table(["stage", "figure", "before", "after"],
+                      [[cell(f.stage), cell(f.figure), total_text(f.before),
+                        total_text(f.after)] for f in figures])
+        if any_bounded(figures):
+            out += ["", BOUND_NOTE]
         out.append("")
 
     reasons = [r for r in report.get("reasons", []) if r["rows"] or r["events"]]

@@ -5,8 +5,8 @@ this module only reads it (the schema version constant included), so the engine,
 and external consumers can never disagree about what a report is.
 
     >>> SCHEMA_VERSION
-    '1'
-    >>> validate({"schema_version": "1"})  # doctest: +ELLIPSIS
+    '2'
+    >>> validate({"schema_version": "2"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     cleanpipe.report.schema.ReportSchemaError: report.json does not match the schema: ...

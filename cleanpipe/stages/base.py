@@ -32,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cleanpipe.stages.published import Summary, summary_of
+
 #: ``examples:`` of a stage: before/after examples kept per code per batch
 ExampleCount = Annotated[int, Field(ge=0, le=1000)]
 
@@ -227,6 +229,9 @@ class Stage(BaseModel):
     #: Parameters that change where or how fast the stage works, never its results (a spill
     #: folder): left out of the pipeline's config hash.
     execution_params: ClassVar[frozenset[str]] = frozenset()
+    #: Distributions and totals this stage publishes for the report (names from
+    #: :mod:`cleanpipe.stages.published`); :meth:`summary` returns exactly these.
+    publishes: ClassVar[frozenset[str]] = frozenset()
 
     action: Action | None = None
     """Action for every code of this stage (overrides the defaults)."""
@@ -259,6 +264,12 @@ class Stage(BaseModel):
         Must be idempotent; the engine calls it in each worker. Keep loaded objects in private
         attributes so the stage still pickles cheaply.
         """
+
+    def summary(self, metrics: Mapping[str, Any]) -> Summary:
+        """The values of :attr:`publishes`, typed, from this stage's ``metrics`` summed over
+        every batch of the run (its batches put them there under the same names, see
+        :mod:`cleanpipe.stages.published`)."""
+        return summary_of(sorted(self.publishes), metrics)
 
     def describe(self) -> dict[str, Any]:
         """Parameters as plain data, for the report and ``cleanpipe stages``."""

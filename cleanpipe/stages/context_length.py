@@ -9,11 +9,18 @@ are not tokenized.
 Actions for ``too_long``: ``drop`` (default), ``flag``, ``fail``, or ``fix`` = truncate the
 last answer so the sequence fits, only where some of that answer survives; a record whose
 prompt alone fills the window is dropped.
+
+The report gets the token length of every row that reaches the stage and of every row it
+passes on (:mod:`cleanpipe.stages.published`). A row proven short by its size alone is
+placed by that proof, a sound upper bound of its length, and counted as bounded (the chart
+shows those apart, and a total including one is marked as an upper bound): tokenizing it only
+to place it would cost the time the proof saves. A row proven short after encoding some of
+its pieces is counted (see ``_place_short``). ``exact_counts: true`` measures every row.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,18 +29,10 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from cleanpipe.fields import flatten_field, rebuild_field
+from cleanpipe.stages import published as pub
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
 from cleanpipe.templating.sequences import template_response
 from cleanpipe.templating.stage import Measured, SequenceStage
-
-_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
-
-
-def _bucket(n: int) -> str:
-    for b in _BUCKETS:
-        if n <= b:
-            return f"<={b}"
-    return f">{_BUCKETS[-1]}"
 
 
 class ContextLength(SequenceStage):
@@ -54,6 +53,9 @@ class ContextLength(SequenceStage):
     name = "context_length"
     codes = {"too_long": Action.DROP, "render_error": Action.DROP}
     forbidden_actions = {"render_error": frozenset({Action.FIX})}
+    publishes = frozenset({pub.TOKENS_BEFORE, pub.TOKENS_AFTER, pub.TOTAL_TOKENS_BEFORE,
+                           pub.TOTAL_TOKENS_AFTER, pub.ROWS_MEASURED, pub.ROWS_OVER_WINDOW,
+                           pub.SHARE_OVER_WINDOW})
 
     max_length: int = Field(gt=0)
     """The context window in tokens (the trainer's ``cutoff_len`` / ``max_seq_length``)."""
@@ -84,20 +86,72 @@ class ContextLength(SequenceStage):
         elif long_rows.size:
             found.add(long_rows, "too_long", act, detail=[
                 f"{m.counts[i]} tokens > {self.max_length}" for i in long_rows])
-        return BatchResult(out_batch, found, self._metrics(m, long_rows.size, len(truncated)))
+        metrics = self._metrics(m, found, long_rows.size, truncated, out_batch)
+        return BatchResult(out_batch, found, metrics)
 
-    def _metrics(self, m: Measured, n_long: int, n_trunc: int) -> dict[str, Any]:
-        counted = m.counts[m.counts >= 0]
-        hist = Counter(_bucket(int(c)) for c in counted)
+    def _metrics(self, m: Measured, found: Findings, n_long: int, truncated: list[int],
+                 out_batch: pa.RecordBatch | None) -> dict[str, Any]:
+        measured = ~np.asarray(m.rendered.texts.is_null().to_numpy(zero_copy_only=False),
+                               dtype=bool)
+        before = np.where(m.counts >= 0, m.counts, 0)
+        bounded = self._place_short(m, measured, before)
+        after = before.copy()
+        if truncated:
+            assert out_batch is not None
+            rows = pa.array(truncated, pa.int64())
+            after[truncated] = self.measure(out_batch.take(rows), None).counts
+        kept = measured.copy()
+        kept[found.positions(Action.DROP)] = False
         return {
             "rows": len(m.counts),
-            "tokenized": int(counted.size),
-            "skipped_provably_short": int(np.sum(m.counts < 0)),
-            "tokens_in_tokenized_rows": int(counted.sum()),
+            "tokenized": int((measured & ~bounded).sum()),
+            "skipped_provably_short": int(bounded.sum()),
             "too_long": int(n_long),
-            "truncated": int(n_trunc),
-            "token_count_histogram": dict(hist),
+            "truncated": len(truncated),
+            pub.TOKENS_BEFORE: pub.histogram_metrics(before[measured], bounded[measured]),
+            pub.TOKENS_AFTER: pub.histogram_metrics(after[kept], bounded[kept]),
+            pub.TOTAL_TOKENS_BEFORE: pub.total_metrics(int(before[measured].sum()),
+                                                       int(bounded.sum())),
+            pub.TOTAL_TOKENS_AFTER: pub.total_metrics(int(after[kept].sum()),
+                                                      int(bounded[kept].sum())),
+            pub.ROWS_MEASURED: pub.total_metrics(int(measured.sum())),
+            pub.ROWS_OVER_WINDOW: pub.total_metrics(int(n_long)),
         }
+
+    def _place_short(self, m: Measured, measured: np.ndarray, lengths: np.ndarray
+                     ) -> np.ndarray:
+        """Fill ``lengths`` of the rows ``m`` proved short without a count; returns the rows
+        placed by a bound.
+
+        The report must not depend on how rows were batched, but a row proven short after
+        encoding some of its pieces owes that proof to the pieces other rows of its worker
+        put in the tokenizer's cache. So only the proof by size alone, a function of the row,
+        places a row (by that bound: an integer count is at most its floor); the others are
+        counted, most of their pieces being cached already.
+        """
+        short = np.flatnonzero(measured & (m.counts < 0))
+        bounded = np.zeros(len(lengths), dtype=bool)
+        if short.size == 0:
+            return bounded
+        texts = m.rendered.texts.take(pa.array(short))
+        size = self.tok.upper_bound(texts, self.max_length, m.add_special_tokens)
+        by_size = size <= self.max_length
+        lengths[short[by_size]] = np.floor(size[by_size]).astype(np.int64)
+        bounded[short[by_size]] = True
+        rest = np.flatnonzero(~by_size)
+        if rest.size:
+            lengths[short[rest]] = self.tok.count(texts.take(pa.array(rest)).to_pylist(),
+                                                  m.add_special_tokens)
+        return bounded
+
+    def summary(self, metrics: Mapping[str, Any]) -> pub.Summary:
+        """The published values, with the share of measured rows over the window."""
+        out = super().summary(metrics)
+        measured = out.values[pub.ROWS_MEASURED].value
+        over = out.values[pub.ROWS_OVER_WINDOW].value
+        out.values[pub.SHARE_OVER_WINDOW] = pub.Total(round(over / measured, 6)
+                                                      if measured else 0.0)
+        return out
 
     # -- truncation ---------------------------------------------------------------------------
     def _answer_field(self, batch: pa.RecordBatch) -> tuple[str, bool]:

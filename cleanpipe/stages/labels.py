@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
+from cleanpipe.stages import published as pub
 from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import (
     Action,
@@ -72,6 +73,7 @@ class LabelCheck(BatchStage):
     name = "labels"
     codes = {"unknown_label": Action.DROP, "null_label": Action.DROP,
              "label_type_mismatch": Action.FLAG, "label_id_mismatch": Action.DROP}
+    publishes = frozenset({pub.LABELS})
 
     field: str = "label"
     """Label column: a scalar (single-label), or a list (multi-label / token labels)."""
@@ -169,7 +171,7 @@ class LabelCheck(BatchStage):
             out_batch = self._ids(batch, cmp, keys, found)
         hist = Counter(str(v) for v in cmp.filter(pa.array(known)).to_pylist())
         metrics: dict[str, Any] = {
-            "label_histogram": dict(hist),
+            pub.LABELS: dict(hist),
             "unknown_labels": dict(Counter(str(v) for v in unk_vals)),
             "unknown": int(unknown.sum()),
             "null": int(row_null.sum()),

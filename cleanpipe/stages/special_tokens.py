@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import PrivateAttr, model_validator
 
+from cleanpipe.stages import published as pub
 from cleanpipe.stages._text_util import examples, put, regex_mask
 from cleanpipe.stages._token_scan import (
     alternation,
@@ -48,6 +49,7 @@ class SpecialTokens(TextStage):
 
     name = "special_tokens"
     codes = {"special_token": Action.FIX}
+    publishes = frozenset({pub.SPECIAL_TOKENS})
 
     tokenizer: str | None = None
     """Path to a ``tokenizer.json`` or a model directory holding one."""
@@ -82,14 +84,15 @@ class SpecialTokens(TextStage):
         found = Findings(self.name)
         if not toks:  # an empty alternation would match every string
             return TextResult(texts, found, {"strings": len(texts), "strings_hit": 0,
-                                             "tokens": {}})
+                                             pub.SPECIAL_TOKENS: {}})
         rows = np.flatnonzero(regex_mask(texts, alternation(toks)))
-        metrics: dict = {"strings": len(texts), "strings_hit": int(rows.size), "tokens": {}}
+        metrics: dict = {"strings": len(texts), "strings_hit": int(rows.size),
+                         pub.SPECIAL_TOKENS: {}}
         if rows.size == 0:
             return TextResult(texts, found, metrics)
         sub = texts.take(pa.array(rows)).cast(pa.large_string())
         once = self._once
-        names, metrics["tokens"] = (scan_once if once else scan_each)(sub, toks)
+        names, metrics[pub.SPECIAL_TOKENS] = (scan_once if once else scan_each)(sub, toks)
         out = sub
         if self.action_of("special_token") is Action.FIX:
             out = (strip_once if once else strip_each)(sub, toks)

@@ -5,6 +5,10 @@ An id ≥ the embedding size is a CUDA device-side assert mid-run; a row whose l
 tokens) and the model's ``vocab_size`` from ``config.json``; when both are given and differ,
 the report says so (``vocab_size_mismatch`` in the metrics): a tokenizer larger than the
 embedding is a bug waiting for the first rare token.
+
+The report gets every row's length (its ``input_ids``) and the supervised tokens (labels other
+than ``ignore_index``; without a labels column, every token, as a causal-LM collator copies
+``input_ids`` to the labels), of the rows that reach the stage and of those it passes on.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
+from cleanpipe.stages import published as pub
 from cleanpipe.stages._columns import typed_nulls
 from cleanpipe.stages.base import (
     Action,
@@ -50,6 +55,9 @@ class TokenIdCheck(BatchStage):
              "length_mismatch": Action.DROP, "all_labels_masked": Action.DROP,
              "bad_attention_mask": Action.DROP}
     forbidden_actions = dict.fromkeys(codes, frozenset({Action.FIX}))
+    publishes = frozenset({pub.TOKENS_BEFORE, pub.TOKENS_AFTER, pub.TOTAL_TOKENS_BEFORE,
+                           pub.TOTAL_TOKENS_AFTER, pub.SUPERVISED_TOKENS_BEFORE,
+                           pub.SUPERVISED_TOKENS_AFTER})
 
     input_ids_field: str = "input_ids"
     labels_field: str | None = "labels"
@@ -115,6 +123,7 @@ class TokenIdCheck(BatchStage):
         if len(set(sizes.values())) > 1:
             metrics["vocab_size_mismatch"] = 1
         names = batch.schema.names
+        supervised = lens
         if self.labels_field and self.labels_field in names:
             lab, lown, llens = self._lists(batch, self.labels_field)
             mism = llens != lens
@@ -126,6 +135,7 @@ class TokenIdCheck(BatchStage):
             found.add(np.unique(lown[lbad]), "label_out_of_range",
                       self.action_of("label_out_of_range"), field=self.labels_field)
             live = np.bincount(lown[lab != self.ignore_index], minlength=n)
+            supervised = live
             masked = live == 0
             found.add(masked, "all_labels_masked", self.action_of("all_labels_masked"),
                       field=self.labels_field, detail="every label is -100: loss 0/0 = NaN")
@@ -137,4 +147,14 @@ class TokenIdCheck(BatchStage):
             found.add(wrong, "bad_attention_mask", self.action_of("bad_attention_mask"),
                       field=self.attention_mask_field,
                       detail="attention_mask is not 0/1 or not as long as input_ids")
+        kept = np.ones(n, dtype=bool)
+        kept[found.positions(Action.DROP)] = False
+        metrics.update({
+            pub.TOKENS_BEFORE: pub.histogram_metrics(lens),
+            pub.TOKENS_AFTER: pub.histogram_metrics(lens[kept]),
+            pub.TOTAL_TOKENS_BEFORE: pub.total_metrics(int(lens.sum())),
+            pub.TOTAL_TOKENS_AFTER: pub.total_metrics(int(lens[kept].sum())),
+            pub.SUPERVISED_TOKENS_BEFORE: pub.total_metrics(int(supervised.sum())),
+            pub.SUPERVISED_TOKENS_AFTER: pub.total_metrics(int(supervised[kept].sum())),
+        })
         return BatchResult(None, found, metrics)

@@ -6,6 +6,12 @@ the window so that truncation to ``max_length`` cuts the whole answer away.
 
 Supervised tokens are those overlapping an assistant turn (chat) or the response column
 (template); the end-of-turn token is not counted, so an empty answer counts 0.
+
+The report gets the supervised tokens of the rows that reach the stage (untruncated) and of
+those it passes on (within the window): the figure to compare with the trainer's log. A row
+the byte-level proof passes without tokenizing enters with a sound upper bound, the UTF-8
+bytes of its answer (each token overlapping the answer holds at least one of them), and the
+total is then marked as an upper bound; ``exact_counts: true`` tokenizes every row.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
+from cleanpipe.stages import published as pub
 from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
 from cleanpipe.templating.sequences import supervised_counts
 from cleanpipe.templating.stage import SequenceStage
@@ -38,11 +45,15 @@ class TrainableTokens(SequenceStage):
     codes = {"no_trainable_tokens": Action.DROP, "render_error": Action.DROP}
     forbidden_actions = {"no_trainable_tokens": frozenset({Action.FIX}),
                          "render_error": frozenset({Action.FIX})}
+    publishes = frozenset({pub.SUPERVISED_TOKENS_BEFORE, pub.SUPERVISED_TOKENS_AFTER})
 
     max_length: int | None = Field(default=None, gt=0)
     """Truncation length of the trainer (right truncation); None: no truncation."""
     min_trainable: int = Field(default=1, ge=1)
     """Fewest supervised tokens a sample must keep."""
+    exact_counts: bool = False
+    """Tokenize every record, even those the byte-level proof passes (slower; exact
+    supervised-token totals in the report)."""
 
     def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
         rendered = self.render(batch)
@@ -53,7 +64,8 @@ class TrainableTokens(SequenceStage):
         trainable = np.full(n, -1, dtype=np.int64)
         trainable[ok & empty] = 0
         need = ok & ~empty
-        if self.tok.unit == "bytes" and self.min_trainable == 1:
+        bounded = np.zeros(n, dtype=bool)
+        if self.tok.unit == "bytes" and self.min_trainable == 1 and not self.exact_counts:
             # Byte-level BPE leaves no byte outside a token, so a non-empty answer inside a
             # window it provably fits in keeps at least one supervised token.
             if self.max_length is None:  # nothing is truncated: no bound needed
@@ -62,13 +74,23 @@ class TrainableTokens(SequenceStage):
                 bound = self.tok.upper_bound(rendered.texts, self.max_length, specials)
                 sure = need & (bound <= self.max_length)
             trainable[sure] = 1
+            bounded = sure
             need &= ~sure
         rows = np.flatnonzero(need)
+        # supervised tokens without truncation: where the window cuts nothing, the same
+        untruncated = np.zeros(n, dtype=np.int64)
         if rows.size:
             encs = self.tok.encode(rendered.texts.take(pa.array(rows)).to_pylist(), specials)
-            trainable[rows] = supervised_counts([e.offsets for e in encs],
-                                                [rendered.spans[i] for i in rows],
-                                                self.max_length)
+            offsets = [e.offsets for e in encs]
+            spans = [rendered.spans[i] for i in rows]
+            trainable[rows] = supervised_counts(offsets, spans, self.max_length)
+            untruncated[rows] = (trainable[rows] if self.max_length is None
+                                 else supervised_counts(offsets, spans, None))
+        if bounded.any():
+            texts = rendered.texts.take(pa.array(np.flatnonzero(bounded))).to_pylist()
+            untruncated[bounded] = [
+                sum(len(t[s:e].encode("utf-8")) for s, e in rendered.spans[i] if e > s)
+                for t, i in zip(texts, np.flatnonzero(bounded).tolist(), strict=True)]
         found = Findings(self.name)
         errors = [i for i, e in enumerate(rendered.errors) if e]
         if errors:
@@ -80,9 +102,17 @@ class TrainableTokens(SequenceStage):
                 "empty answer" if empty[i] else
                 f"{trainable[i]} supervised tokens within {self.max_length}" for i in bad])
         reasons = Counter("empty_answer" if empty[i] else "truncated_away" for i in bad)
+        # rows proven to fit the window lose nothing to truncation: their bound holds after
+        within = np.where(bounded, untruncated, np.maximum(trainable, 0))
+        kept = ok.copy()
+        kept[found.positions(Action.DROP)] = False
         return BatchResult(None, found, {
             "rows": n,
             "tokenized": int(rows.size),
             "no_trainable_tokens": int(bad.size),
             "reasons": dict(reasons),
+            pub.SUPERVISED_TOKENS_BEFORE: pub.total_metrics(int(untruncated[ok].sum()),
+                                                            int(bounded[ok].sum())),
+            pub.SUPERVISED_TOKENS_AFTER: pub.total_metrics(int(within[kept].sum()),
+                                                           int(bounded[kept].sum())),
         })
