@@ -272,12 +272,17 @@ class LoadedTokenizer:
         texts = [t or "" for t in texts]
         if not self.chunkable:
             return np.asarray(self._encode_counts(texts, add_special_tokens), dtype=np.int64)
-        pieces = [_split(self._cut, t) for t in texts]
-        cache = self._cache
-        todo = sorted({p for ps in pieces for p in ps if p not in cache})
-        self._encode_into_cache(todo)
+        owner, pid, uniq = self._pieces(texts)
+        # read the cached counts first: encoding may empty the cache to bound its size
+        cached = np.fromiter((self._cache.get(p, -1) for p in uniq), np.int64, len(uniq))
+        todo = np.flatnonzero(cached < 0)
+        if todo.size:
+            order = sorted(todo.tolist(), key=uniq.__getitem__)
+            self._encode_into_cache([uniq[i] for i in order])
+            cached[order] = [self._cache[uniq[i]] for i in order]
         extra = self.specials_added(add_special_tokens)
-        return np.asarray([sum(cache[p] for p in ps) + extra for ps in pieces], dtype=np.int64)
+        return np.bincount(owner, weights=cached[pid], minlength=len(texts)).astype(
+            np.int64) + extra
 
     def _piece_bounds(self, pieces: list[str]) -> np.ndarray:
         """Per piece a number >= its token count alone, without encoding it: its count if
