@@ -6,7 +6,7 @@ BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-test
 # numba kernels compiled ahead of time (cleanpipe/precompiled.py): a small run compiles nothing
 KERNELS := cleanpipe/precompiled.py cleanpipe/dedup/kernels.py cleanpipe/dedup/part_kernels.py \
-	cleanpipe/stages/_byte_scan.py
+	cleanpipe/text/byte_kernels.py
 PRECOMPILED := cleanpipe/_precompiled.json
 
 .PHONY: demo test test-slow lint bench setup clean
@@ -33,9 +33,10 @@ setup: $(FULL) $(PRECOMPILED)
 demo: $(BASE) $(PRECOMPILED)
 	$(VENV)/bin/cleanpipe demo --output out/demo --overwrite
 
-# pytest's summary line counts the skips (tests/conftest.py adds a "skips:" line; with
-# CI=true any skip off tests/allowed_skips.txt fails the run); then the wall time of it all
-test: $(FULL) $(PRECOMPILED)
+# lint first (seconds); pytest's summary line counts the skips (tests/conftest.py adds a
+# "skips:" line; with CI=true any skip off tests/allowed_skips.txt fails the run); then the
+# wall time of it all
+test: $(FULL) $(PRECOMPILED) lint
 	@start=$$(date +%s); status=0; \
 	$(PY) -m pytest -m "not slow" --durations=15 cleanpipe tests || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s"; exit $$status
@@ -45,8 +46,11 @@ test-slow: $(FULL)
 	$(PY) -m pytest -m slow tests || status=$$?; \
 	echo "make test-slow: wall time $$(( $$(date +%s) - start )) s"; exit $$status
 
+# ruff, then vulture for names nothing uses (paths and exceptions: [tool.vulture] in
+# pyproject.toml)
 lint: $(FULL)
 	$(VENV)/bin/ruff check cleanpipe tests benchmarks
+	$(PY) -m vulture
 
 # the peer tools (datatrove, data-juicer) get virtual environments of their own, made by
 # benchmarks/peers/setup_peers.py; only rensa, a plain library, goes into .venv

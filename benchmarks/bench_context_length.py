@@ -35,7 +35,10 @@ _MEASURE = r"""
 import hashlib, json, sys, time
 from pathlib import Path
 import pyarrow as pa, pyarrow.json as pj
-from cleanpipe.stages.base import BatchContext
+try:
+    from cleanpipe.contract.stage import BatchContext
+except ImportError:  # a baseline from before cleanpipe.contract
+    from cleanpipe.stages.base import BatchContext
 from cleanpipe.stages.context_length import ContextLength
 data, tok, limits, batch, template = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), \
     int(sys.argv[4]), sys.argv[5]

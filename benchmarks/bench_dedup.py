@@ -56,7 +56,7 @@ def run_stage(stage: Any, table: Any, batch_size: int = 8192) -> tuple[float, in
     import numpy as np
     import pyarrow as pa
 
-    from cleanpipe.stages.base import BatchContext
+    from cleanpipe.contract.stage import BatchContext
 
     t0 = time.perf_counter()
     batches = table.combine_chunks().to_batches(max_chunksize=batch_size)

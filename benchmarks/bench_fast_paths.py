@@ -35,7 +35,7 @@ _MEASURE = r"""
 import hashlib, json, sys, time
 from pathlib import Path
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.json as pj
-from cleanpipe.stages.base import BatchContext
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.stages.context_length import ContextLength
 from cleanpipe.stages.special_tokens import SpecialTokens
 data, tok = Path(sys.argv[1]), sys.argv[2]

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cleanpipe import Pipeline  # noqa: E402
-from cleanpipe.stages.base import (  # noqa: E402
+from cleanpipe.contract.stage import (  # noqa: E402
     Action,
     BatchContext,
     BatchResult,

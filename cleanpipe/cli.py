@@ -1,6 +1,7 @@
 """The ``cleanpipe`` command.
 
-Exit codes: 0 pass, 1 gate failed, 2 usage or config error, 3 unreadable input.
+Exit codes (:class:`cleanpipe.errors.ExitCode`): 0 pass, 1 gate failed, 2 usage or config
+error, 3 unreadable input, 70 internal error.
 Errors are one line naming the file, line and key; ``--debug`` shows the traceback.
 """
 
@@ -17,31 +18,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cleanpipe import __version__
-
-EXIT_PASS, EXIT_GATE, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
+from cleanpipe.errors import CleanpipeError, ExitCode
+from cleanpipe.version import __version__
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 PIPELINES_DIR = Path(__file__).parent / "pipelines"
 
 
-def _error_code(exc: BaseException) -> int | None:
+def _error_code(exc: BaseException) -> ExitCode:
+    """The exit code of a command that raised ``exc``: :attr:`ExitCode.INTERNAL` for what
+    is not the user's to fix."""
     from pydantic import ValidationError
 
-    from cleanpipe.fields import FieldError
-    from cleanpipe.io.sources import InputError
-    from cleanpipe.io.writers import OutputError
-    from cleanpipe.spec import ConfigError
-    from cleanpipe.stages.base import StageError
-
-    if isinstance(exc, InputError) or _network_error(exc):
-        return EXIT_INPUT
-    if isinstance(exc, (ConfigError, FieldError, OutputError, StageError, ValidationError,
-                        FileExistsError)):
-        return EXIT_USAGE
+    if _network_error(exc):
+        return ExitCode.UNREADABLE
+    if isinstance(exc, CleanpipeError):
+        return exc.exit_code
+    if isinstance(exc, (ValidationError, FileExistsError)):
+        return ExitCode.USAGE
     if isinstance(exc, OSError) and exc.errno is not None:
-        return EXIT_USAGE
-    return None
+        return ExitCode.USAGE
+    return ExitCode.INTERNAL
 
 
 def _network_error(exc: BaseException) -> bool:
@@ -81,7 +78,7 @@ def _leave_error_report(report_dir: str | None, command: str, pipeline: str | No
     from cleanpipe.report.error import error_report, write_error_report
 
     try:
-        write_error_report(error_report(command=command, pipeline=pipeline, exit_code=code,
+        write_error_report(error_report(command=command, pipeline=pipeline, exit_code=int(code),
                                         message=message, kind=kind), report_dir)
     except OSError as exc:
         print(f"cleanpipe: could not write the error report to {report_dir}: {exc}",
@@ -170,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not out:
         print(f"cleanpipe: {args.pipeline}: no output: set output.path or pass --output",
               file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     report = _run(pipe, args, out)
     return _finish(report, out, args.quiet)
 
@@ -200,11 +197,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         s.setup()  # a tokenizer path that does not exist fails here, not an hour in
     print(f"{args.pipeline}: ok ({len(pipe.stages)} stages: "
           f"{', '.join(s.name for s in pipe.stages) or 'none'})")
-    return EXIT_PASS
+    return ExitCode.PASSED
 
 
 def describe_stages() -> str:
-    from cleanpipe.stages.base import GlobalStage, TextStage
+    from cleanpipe.contract.stage import GlobalStage, TextStage
     from cleanpipe.stages.registry import stage_classes
 
     out = []
@@ -268,12 +265,12 @@ def _type_name(t: Any) -> str:
     if origin is not None and args:
         name = getattr(origin, "__name__", str(origin).replace("typing.", ""))
         return f"{name}[{', '.join(_type_name(a) for a in args)}]"
-    return str(t).replace("typing.", "").replace("cleanpipe.stages.base.", "")
+    return str(t).replace("typing.", "").replace("cleanpipe.contract.stage.", "")
 
 
 def cmd_stages(args: argparse.Namespace) -> int:
     print(describe_stages())
-    return EXIT_PASS
+    return ExitCode.PASSED
 
 
 def shipped_pipeline(name: str) -> Any:
@@ -307,7 +304,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code = _finish(report, out, False)
     print(f"reports: {out}/report.md, {out}/report.html, {out}/report.json")
     # the demo corpus is full of planted problems: a failing gate is what it should show
-    return EXIT_PASS if code in (EXIT_PASS, EXIT_GATE) else code
+    return ExitCode.PASSED if code in (ExitCode.PASSED, ExitCode.GATE_FAILED) else code
 
 
 def _common_run_args(p: argparse.ArgumentParser) -> None:
@@ -372,10 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _register_commands(sub: Any) -> None:
     """Subcommands that live in :mod:`cleanpipe.commands` (one module each)."""
-    try:
-        import cleanpipe.commands as commands
-    except ImportError:
-        return
+    import cleanpipe.commands as commands
+
     for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if mod.name.startswith("_"):
             continue
@@ -386,16 +381,16 @@ def _register_commands(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cleanpipe.engine.termination import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+    from cleanpipe.engine.termination import Terminated, sigterm_as_interrupt
 
     parser = build_parser()
     raw = sys.argv[1:] if argv is None else list(argv)
     try:
         args = parser.parse_args(raw)
     except SystemExit as exc:
-        if exc.code == EXIT_USAGE:
+        if exc.code == ExitCode.USAGE:
             _leave_error_report(_report_dir_of(raw), raw[0] if raw else "cleanpipe", None,
-                                EXIT_USAGE, "invalid command line (see the message above)",
+                                ExitCode.USAGE, "invalid command line (see the message above)",
                                 "UsageError")
         raise
     try:
@@ -404,13 +399,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # `cleanpipe stages | head`: the reader left; not an error
         sys.stderr = open(os.devnull, "w")
-        return EXIT_PASS
+        return ExitCode.PASSED
     except KeyboardInterrupt as exc:
         if isinstance(exc, Terminated):
             print("cleanpipe: terminated (SIGTERM)", file=sys.stderr)
-            return EXIT_TERMINATED
+            return ExitCode.TERMINATED
         print("cleanpipe: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except BaseException as exc:
         if isinstance(exc, SystemExit):
             raise
@@ -424,12 +419,11 @@ def main(argv: list[str] | None = None) -> int:
             where = " ".join(getattr(args, "input", None) or ["the input"])
             msg = f"{where}: cannot be reached (offline, or no such host?): {msg}"
         _leave_error_report(getattr(args, "report_dir", None), args.command,
-                            getattr(args, "pipeline", None), 70 if code is None else code,
-                            msg, type(exc).__name__)
-        if code is None:
+                            getattr(args, "pipeline", None), code, msg, type(exc).__name__)
+        if code is ExitCode.INTERNAL:
             print(f"cleanpipe: internal error: {type(exc).__name__}: {msg} (rerun with --debug"
                   " for the traceback, and please report it)", file=sys.stderr)
-            return 70
+            return code
         print(f"cleanpipe: {msg}", file=sys.stderr)
         return code
 

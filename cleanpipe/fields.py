@@ -23,11 +23,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.errors import CleanpipeError
+
 _STEP = re.compile(r"^([^.\[\]]+)((?:\[\*\])*)$")
 
 
-class FieldError(ValueError):
-    """A selector does not match the data (message names the selector and what exists)."""
+class FieldError(CleanpipeError, ValueError):
+    """A selector does not match the data (message names the selector and what exists):
+    exit code 2."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ against it and returns the verdict the engine stores in ``report["verdict"]``; e
 evaluated becomes one entry there (and one JUnit test case). Reasons are named ``stage/code``
 (e.g. ``unicode/replacement_char``) or just ``code`` to mean that code in any stage.
 
-Exit codes (:class:`ExitCode`), the same for every ``cleanpipe`` command:
+Exit codes (:class:`cleanpipe.errors.ExitCode`), the same for every ``cleanpipe`` command:
 
 * 0: the gate passed;
 * 1: the gate failed (data problem: do not train on it);
@@ -28,27 +28,17 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from enum import IntEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["ExitCode", "GateConfig", "GateConfigError", "evaluate", "load_gate"]
+from cleanpipe.errors import CleanpipeError, ExitCode
+
+__all__ = ["GateConfig", "GateConfigError", "evaluate", "load_gate"]
 
 
-class ExitCode(IntEnum):
-    """Process exit codes of every cleanpipe command."""
-
-    PASSED = 0
-    GATE_FAILED = 1
-    USAGE = 2
-    UNREADABLE = 3
-
-
-class GateConfigError(ValueError):
+class GateConfigError(CleanpipeError, ValueError):
     """The ``gate:`` section is invalid (exit code 2)."""
-
-    exit_code = ExitCode.USAGE
 
 
 class GateConfig(BaseModel):

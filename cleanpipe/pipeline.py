@@ -27,9 +27,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cleanpipe.contract.stage import Stage
 from cleanpipe.engine.local import RunState, Sinks, execute
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.gate import GateConfig, evaluate
 from cleanpipe.io.filesystems import is_uri, redact
 from cleanpipe.io.output_guard import check_no_overlap
 from cleanpipe.io.uri_output import output_dir, write_dir_to
@@ -39,12 +41,10 @@ from cleanpipe.io.writers import (
     PartWriter,
     dataset_card,
     write_hf_dataset,
-    write_json,
 )
 from cleanpipe.report.build import build_report
 from cleanpipe.result import CleanReport, CleanResult, as_dataset, like_input, unified_table
 from cleanpipe.spec import PipelineSpec, load_spec, spec_from_dict
-from cleanpipe.stages.base import Stage
 
 EVENTS_SCHEMA = pa.schema([
     ("row_id", pa.string()), ("seq", pa.int64()), ("stage", pa.string()), ("code", pa.string()),
@@ -301,10 +301,6 @@ class Pipeline:
             desc = [f"<{type(source).__name__}>"]
         report = build_report(spec, state, input_desc=desc, output_path=output,
                               output_written=written)
-        try:
-            from cleanpipe.gate import GateConfig, evaluate
-        except ImportError:
-            return report
         gate = spec.gate if isinstance(spec.gate, GateConfig) else GateConfig()
         report["verdict"] = evaluate(report, gate)
         return report
@@ -348,10 +344,7 @@ def _write_report_dir(report: dict[str, Any], report_dir: str | Path) -> None:
 
 
 def _write_reports(report: dict[str, Any], directory: Path, overwrite: bool = False) -> None:
+    from cleanpipe.report import write_reports
+
     directory.mkdir(parents=True, exist_ok=True)
-    try:
-        from cleanpipe.report import write_reports
-    except ImportError:
-        write_json(directory / "report.json", report)
-        return
     write_reports(report, directory)

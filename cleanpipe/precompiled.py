@@ -43,7 +43,7 @@ MODULE = "_precompiled"
 """Name of the extension module (inside the ``cleanpipe`` package)."""
 FINGERPRINT = PACKAGE / f"{MODULE}.json"
 KERNEL_MODULES = ("cleanpipe.dedup.kernels", "cleanpipe.dedup.part_kernels",
-                  "cleanpipe.stages._byte_scan")
+                  "cleanpipe.text.byte_kernels")
 """Modules whose :func:`ahead_of_time` kernels the build compiles."""
 SMALL_BYTES = 16 << 20
 """Array bytes a process hands one kernel's twin before it compiles the kernel instead."""

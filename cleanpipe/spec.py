@@ -26,13 +26,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cleanpipe.contract.stage import Stage
+from cleanpipe.errors import CleanpipeError
+from cleanpipe.gate import GateConfig
 from cleanpipe.limits import MAX_BATCH_SIZE, MAX_ROWS_PER_PART, MAX_WORKERS, MAX_YAML_BYTES
 from cleanpipe.spec_yaml import YamlLimitError, key_path_text, read_yaml
 from cleanpipe.stage_order import StageOrderError, check_stage_order
-from cleanpipe.stages.base import Stage
 
 
-class ConfigError(Exception):
+class ConfigError(CleanpipeError):
     """The pipeline file is wrong (exit code 2). ``str(err)`` is the one-line message."""
 
 
@@ -105,7 +107,7 @@ class PipelineSpec(BaseModel):
     def config_hash(self) -> str:
         """sha256 of what decides the results: :meth:`config_dict` less the name, the
         description, where the data lives (``input.path``, ``output.path``) and each stage's
-        :attr:`~cleanpipe.stages.base.Stage.execution_params`. Equal hashes: the same input
+        :attr:`~cleanpipe.contract.stage.Stage.execution_params`. Equal hashes: the same input
         gives the same output, byte for byte."""
         d = self.config_dict()
         for key in ("name", "description"):
@@ -211,14 +213,6 @@ def build_stage(entry: Any, index: int, source: str | None = None,
         raise  # pragma: no cover
 
 
-def _gate_model() -> type[BaseModel] | None:
-    try:
-        from cleanpipe.gate import GateConfig
-    except ImportError:
-        return None
-    return GateConfig
-
-
 def spec_from_dict(data: Any, source: str | None = None,
                    lines: dict[tuple[Any, ...], int] | None = None) -> PipelineSpec:
     """A validated pipeline from plain data; ``lines`` (key path -> line, as
@@ -245,12 +239,11 @@ def spec_from_dict(data: Any, source: str | None = None,
     except StageOrderError as err:
         loc = ("stages", err.index)
         raise ConfigError(f"{_where(source, lines, loc)}: {err}") from None
-    gm = _gate_model()
-    if raw_gate is not None and gm is not None:
+    if raw_gate is not None:
         try:
-            spec.gate = gm.model_validate(raw_gate)
+            spec.gate = GateConfig.model_validate(raw_gate)
         except ValidationError as err:
-            _raise_validation(err, gm, ("gate",), source, lines)
+            _raise_validation(err, GateConfig, ("gate",), source, lines)
         codes: dict[str, list[str]] = {"read": ["parse_error", "decode_error"]}
         for st in spec.stages:
             codes.setdefault(st.name, []).extend(st.codes)
@@ -261,8 +254,6 @@ def spec_from_dict(data: Any, source: str | None = None,
                 f"{_where(source, lines, ('gate',))}: gate: reason {unknown[0]!r} is not a code"
                 f" of any stage in this pipeline; {_guess(unknown[0].split('/')[-1], known)}"
                 f"codes: {', '.join(known)}")
-    else:
-        spec.gate = raw_gate
     spec.source = source
     return spec
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from cleanpipe.errors import CleanpipeError
 from cleanpipe.limits import MAX_ALIAS_NODES, MAX_YAML_BYTES
 
 __all__ = ["YamlLimitError", "key_path_text", "read_yaml"]
@@ -32,7 +33,7 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 Lines = dict[tuple[Any, ...], int]
 
 
-class YamlLimitError(ValueError):
+class YamlLimitError(CleanpipeError, ValueError):
     """The file is not YAML, or breaks a limit; ``str(err)`` is the one-line message."""
 
 

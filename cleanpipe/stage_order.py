@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cleanpipe.stages.base import Stage
+from cleanpipe.contract.stage import Stage
+from cleanpipe.errors import CleanpipeError
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ ORDER_RULES: tuple[OrderRule, ...] = (
 )
 
 
-class StageOrderError(ValueError):
-    """A pipeline lists a removal stage before the repair it would sabotage."""
+class StageOrderError(CleanpipeError, ValueError):
+    """A pipeline lists a removal stage before the repair it would sabotage (exit code 2)."""
 
     def __init__(self, message: str, index: int) -> None:
         super().__init__(message)

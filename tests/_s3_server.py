@@ -43,10 +43,6 @@ class S3:
                                                         recursive=True, allow_not_found=True))
         return sorted(i.path[len(BUCKET) + 1:] for i in infos if i.type == pafs.FileType.File)
 
-    def download(self, prefix: str, local: Path) -> Path:
-        pafs.copy_files(f"{BUCKET}/{prefix}", str(local), source_filesystem=self.fs,
-                        destination_filesystem=pafs.LocalFileSystem())
-        return local
 
 
 def _free_port() -> int:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from pydantic import PrivateAttr
 
 from cleanpipe import Pipeline
-from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+from cleanpipe.contract.stage import Action, Findings, TextResult, TextStage
 
 PAUSE_AT_BATCH = 20
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
-from cleanpipe.stages.base import Action, BatchContext, GlobalStage
+from cleanpipe.contract.stage import Action, BatchContext, GlobalStage
 
 
 def run_global(stage: GlobalStage, table: pa.Table, fields: list[str], batch_size: int = 1000,

@@ -16,9 +16,9 @@ import pytest
 
 from cleanpipe.engine.local import Sinks, execute
 from cleanpipe.engine.progress import Progress
-from cleanpipe.io import readers
 from cleanpipe.io.line_blocks import BLOCK_ENV
 from cleanpipe.io.readers import ReadOptions, read_shard
+from cleanpipe.io.readers import jsonl as jsonl_reader
 from cleanpipe.io.sources import resolve_sources
 from cleanpipe.pipeline import Pipeline
 from tests._robust_helpers import cli, output_files, read_parts, stable_report, write_pipeline
@@ -93,7 +93,7 @@ def _run(tmp_path: Path, capsys, monkeypatch, src: Path, name: str, block: int |
 @pytest.mark.parametrize("decode", ["replace", "quarantine"])
 def test_block_size_never_changes_a_result(tmp_path, capsys, monkeypatch, suffix, decode):
     # batches end at 64 rows or 6 kB of lines: both kinds of cut, across blocks
-    monkeypatch.setattr(readers, "MAX_BATCH_BYTES", 6000)
+    monkeypatch.setattr(jsonl_reader, "MAX_BATCH_BYTES", 6000)
     src = _write(tmp_path / f"train{suffix}", _odd_lines())
     whole = _run(tmp_path, capsys, monkeypatch, src, "whole", None, decode)
     fw = output_files(whole)

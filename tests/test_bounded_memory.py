@@ -17,11 +17,11 @@ import pytest
 from conftest import realdata
 from dedup_helpers import run_global
 
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.dedup import cluster
 from cleanpipe.dedup.rows import RowBook
 from cleanpipe.io.row_bytes import row_bytes
 from cleanpipe.io.writers import FixedGroupWriter, PartWriter
-from cleanpipe.stages.base import BatchContext
 from cleanpipe.stages.minhash_dedup import MinHashDedup, _gather
 
 

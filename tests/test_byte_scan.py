@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cleanpipe.contract.stage import Action
 from cleanpipe.stages import control_chars, invisible_chars, whitespace
-from cleanpipe.stages._byte_scan import ByteScan
-from cleanpipe.stages._text_rules import RuleSet
-from cleanpipe.stages.base import Action
 from cleanpipe.stages.control_chars import ControlChars
 from cleanpipe.stages.invisible_chars import InvisibleChars
 from cleanpipe.stages.whitespace import Whitespace
+from cleanpipe.text.byte_scan import ByteScan
+from cleanpipe.text.rules import RuleSet
 from tests.conftest import realdata
 
 # Pieces every rule looks at, and neighbours that make its context (ZWJ between emoji, a

@@ -77,7 +77,7 @@ def test_conflicting_labels_flag_keeps_every_row() -> None:
 
 
 def test_label_field_must_exist() -> None:
-    from cleanpipe.stages.base import StageError
+    from cleanpipe.contract.stage import StageError
     from cleanpipe.stages.exact_dedup import ExactDedup
 
     with pytest.raises(StageError, match="label_field 'label' is not a column"):

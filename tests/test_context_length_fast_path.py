@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import cleanpipe
-from cleanpipe.stages.base import BatchContext
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.stages.context_length import ContextLength
 from cleanpipe.templating.tokenizer import _split
 from tests.conftest import realdata

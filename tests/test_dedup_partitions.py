@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.dedup import bands, cluster, kernels, stars
 from cleanpipe.engine import ray_dedup, ray_shuffle
-from cleanpipe.stages.base import BatchContext
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from tests.conftest import in_ci
 

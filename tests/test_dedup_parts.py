@@ -19,10 +19,10 @@ import xxhash
 import yaml
 from dedup_helpers import run_global
 
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.dedup import kernels
 from cleanpipe.dedup.parts import resolve
 from cleanpipe.dedup.text import normalize, python_shingles, shingle_modes
-from cleanpipe.stages.base import BatchContext
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 
 PASSAGE = ("The committee met on Tuesday to discuss the new budget proposal for the city "

@@ -78,9 +78,6 @@ T0_STAGES = """
     patterns: {question: '\\?\\s*$'}
   - stage: outliers
 """
-#: the report fields the report schema documents as timings (and how the run was executed)
-TIMING = ("timing", "stages[].seconds")
-
 
 #: t0 templates with exact duplicates (cnn_dailymail) and short texts (ag_news)
 T0_FILES = ("cnn_dailymail_3_0_0_2_or_3_sentences", "cnn_dailymail_3_0_0_news_stock",

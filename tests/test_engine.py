@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cleanpipe import Pipeline
-from cleanpipe.stages.base import (
+from cleanpipe.contract.stage import (
     Action,
     BatchResult,
     BatchStage,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from cleanpipe.gate import ExitCode, GateConfig, GateConfigError, evaluate, load_gate
+from cleanpipe.errors import ExitCode
+from cleanpipe.gate import GateConfig, GateConfigError, evaluate, load_gate
 from cleanpipe.report import example_report
 from cleanpipe.report.schema import validate
 
@@ -156,4 +160,7 @@ def test_unknown_reasons_catches_typos() -> None:
 
 
 def test_exit_codes_are_the_documented_ones() -> None:
-    assert [int(c) for c in ExitCode] == [0, 1, 2, 3]
+    doc = (Path(__file__).parents[1] / "docs" / "ci_gate.md").read_text(encoding="utf-8")
+    table = doc.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    documented = [int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.M)]
+    assert [int(c) for c in ExitCode] == documented == [0, 1, 2, 3, 70, 130, 143]

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 from guard_data import read_records
 
-from cleanpipe.stages.base import BatchContext
+from cleanpipe.contract.published import LABELS
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.stages.labels import LabelCheck
 from cleanpipe.stages.numeric import NumericCheck
 from cleanpipe.stages.outliers import Outliers
-from cleanpipe.stages.published import LABELS
 from cleanpipe.stages.schema import SchemaCheck
 from cleanpipe.stages.token_ids import TokenIdCheck
 from tests.conftest import realdata

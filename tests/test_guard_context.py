@@ -12,7 +12,7 @@ import pytest
 from guard_data import read_records, read_t0, strip_endoftext
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from cleanpipe.stages.base import BatchContext
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.stages.context_length import ContextLength
 from cleanpipe.stages.trainable_tokens import TrainableTokens
 from tests.conftest import realdata

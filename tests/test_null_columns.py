@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from cleanpipe.stages.base import BatchContext, StageError
+from cleanpipe.contract.stage import BatchContext, StageError
 from cleanpipe.stages.labels import LabelCheck
 from cleanpipe.stages.numeric import NumericCheck
 from cleanpipe.stages.token_ids import TokenIdCheck

@@ -19,7 +19,7 @@ import json, os, sys
 import numba
 import cleanpipe
 from cleanpipe.dedup import kernels
-from cleanpipe.stages import _byte_scan
+from cleanpipe.text import byte_kernels
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from cleanpipe.stages.whitespace import Whitespace
 rows = {"text": ["the quick brown fox jumps over the lazy dog near the river bank",
@@ -28,7 +28,7 @@ rows = {"text": ["the quick brown fox jumps over the lazy dog near the river ban
 kept = MinHashDedup(fields=["text"], threshold=0.7)(rows)["text"]
 fixed = Whitespace()(rows["text"])
 hits = misses = 0
-for mod in (kernels, _byte_scan):
+for mod in (kernels, byte_kernels):
     for v in vars(mod).values():
         v = getattr(v, "dispatcher", v)  # kernels marked ahead_of_time wrap theirs
         if isinstance(v, numba.core.registry.CPUDispatcher):

@@ -15,9 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cleanpipe import Pipeline
-from cleanpipe.engine.local import Sinks, execute
-from cleanpipe.engine.rows import QuarantineRows
-from cleanpipe.stages.base import (
+from cleanpipe.contract.stage import (
     Action,
     BatchContext,
     BatchResult,
@@ -26,6 +24,8 @@ from cleanpipe.stages.base import (
     TextResult,
     TextStage,
 )
+from cleanpipe.engine.local import Sinks, execute
+from cleanpipe.engine.rows import QuarantineRows
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from tests.conftest import realdata

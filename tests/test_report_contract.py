@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from cleanpipe import Pipeline
+from cleanpipe.contract import published as pub
 from cleanpipe.report import load_report, validate
 from cleanpipe.report.schema import load_schema
-from cleanpipe.stages import published as pub
 from cleanpipe.stages.context_length import ContextLength
 from cleanpipe.stages.registry import stage_classes
 from cleanpipe.stages.trainable_tokens import TrainableTokens
@@ -307,8 +307,8 @@ def test_report_html_draws_the_published_charts(shipped_runs, browser) -> None:
 def test_split_batches_sum_to_the_whole_batch_figures() -> None:
     """What a stage publishes, summed over any split into batches (as the engine merges
     workers' metrics), equals the figures of the whole batch."""
+    from cleanpipe.contract.stage import BatchContext
     from cleanpipe.engine.apply import merge_metrics
-    from cleanpipe.stages.base import BatchContext
     from cleanpipe.stages.token_ids import TokenIdCheck
 
     lengths = [1, 5, 31, 32, 33, 64, 700, 5000, 0, 2]
@@ -340,7 +340,7 @@ def test_split_batches_sum_to_the_whole_batch_figures() -> None:
 
 
 def test_labels_stage_publishes_its_tally() -> None:
-    from cleanpipe.stages.base import BatchContext
+    from cleanpipe.contract.stage import BatchContext
     from cleanpipe.stages.labels import LabelCheck
 
     batch = pa.RecordBatch.from_pydict({"label": ["pos", "neg", "pos", "meh", None]})

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from cleanpipe.cli import PIPELINES_DIR, main, shipped_pipeline
+from cleanpipe.contract.stage import TextStage
 from cleanpipe.pipeline import Pipeline
-from cleanpipe.stages.base import TextStage
 from tests.conftest import realdata
 
 SHIPPED = sorted(p.stem for p in PIPELINES_DIR.glob("*.yaml"))

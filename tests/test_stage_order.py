@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from cleanpipe.cli import PIPELINES_DIR, main, shipped_pipeline
+from cleanpipe.contract.stage import TextStage
 from cleanpipe.pipeline import Pipeline
 from cleanpipe.spec import ConfigError
 from cleanpipe.stage_order import ORDER_RULES
 from cleanpipe.stages import ControlChars, InvisibleChars, UnicodeFix, Whitespace
-from cleanpipe.stages.base import TextStage
 from tests.conftest import realdata
 
 SHIPPED = sorted(p.stem for p in PIPELINES_DIR.glob("*.yaml"))

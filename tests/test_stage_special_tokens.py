@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from cleanpipe.stages.published import SPECIAL_TOKENS
+from cleanpipe.contract.published import SPECIAL_TOKENS
 from cleanpipe.stages.special_tokens import SpecialTokens, tokenizer_tokens
 from tests.conftest import realdata
 

@@ -8,8 +8,8 @@ import ftfy
 import pyarrow as pa
 import pytest
 
-from cleanpipe.stages._text_ftfy_safe import needs_ftfy_regex, normalization_unsafe
 from cleanpipe.stages.unicode_fix import UnicodeFix
+from cleanpipe.text.ftfy_safe import needs_ftfy_regex, normalization_unsafe
 from tests._text_corpora import folder_strings, strings_in
 from tests.conftest import realdata
 

@@ -7,6 +7,7 @@ import json
 import datasets
 import pytest
 
+from cleanpipe.contract.standalone import RowWouldBeDropped, WholeDatasetRequired
 from cleanpipe.stages.control_chars import ControlChars
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.invisible_chars import InvisibleChars
@@ -15,7 +16,6 @@ from cleanpipe.stages.regex_filter import RegexFilter
 from cleanpipe.stages.special_tokens import SpecialTokens
 from cleanpipe.stages.unicode_fix import UnicodeFix
 from cleanpipe.stages.whitespace import Whitespace
-from cleanpipe.standalone import RowWouldBeDropped, WholeDatasetRequired
 from tests.conftest import realdata
 
 FIELDS = ["instruction", "input", "output"]

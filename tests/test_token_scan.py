@@ -10,14 +10,14 @@ import pyarrow.compute as pc
 import pytest
 from guard_data import read_t0
 
-from cleanpipe.stages._token_scan import (
+from cleanpipe.stages.special_tokens import SpecialTokens, tokenizer_tokens
+from cleanpipe.text.token_scan import (
     can_scan_once,
     scan_each,
     scan_once,
     strip_each,
     strip_once,
 )
-from cleanpipe.stages.special_tokens import SpecialTokens, tokenizer_tokens
 from tests.conftest import realdata
 
 

@@ -127,7 +127,7 @@ def test_s3_jsonl_in_parquet_out_same_as_local(s3: S3, tmp_path: Path, capsys) -
 def test_s3_text_shards_downloaded_once(s3: S3, tmp_path: Path, monkeypatch) -> None:
     """The fingerprint and the reader share one download of a remote JSONL shard."""
     import cleanpipe.engine.local as local_engine
-    import cleanpipe.io.readers as readers
+    import cleanpipe.io.readers.opening as opening
 
     corpus = _corpus(tmp_path / "corpus")
     prefix = unique_prefix("once")
@@ -141,7 +141,7 @@ def test_s3_text_shards_downloaded_once(s3: S3, tmp_path: Path, monkeypatch) -> 
 
     real = local_engine.read_bytes
     monkeypatch.setattr(local_engine, "read_bytes", counting)
-    monkeypatch.setattr(readers, "read_bytes", counting)
+    monkeypatch.setattr(opening, "read_bytes", counting)
     monkeypatch.setattr(local_engine, "iter_blocks", lambda *a: pytest.fail("read twice"))
     report = Pipeline(stages=[]).run(s3.uri(f"{prefix}/in"), None)
     assert sorted(fetched) == sorted(f"cleanpipe-test/{prefix}/in/{n}" for n in (

@@ -64,10 +64,6 @@ def _state_file(peer: str) -> Path:
     return STATE / f"{peer}.install.json"
 
 
-def installed(peer: str) -> dict[str, object] | None:
-    """The recorded install state (``ok``, ``version`` or ``error``), or None if never tried."""
-    f = _state_file(peer)
-    return json.loads(f.read_text()) if f.exists() else None
 
 
 def _check(peer: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,15 @@ def data_source(path: str | Path) -> Any:
     if p.is_dir() and (p / "_SUCCESS").exists() and (p / "data").is_dir():
         return str(p / "data")
     return str(path)
+
+
+def add_sample_arguments(parser: argparse.ArgumentParser, rows: int,
+                         seed_help: str = "random seed (default 0)") -> None:
+    """What a command that samples a dataset takes: the dataset (``input``, read with
+    :func:`read_dataset`), how many rows (``-n``) and the seed (``--seed``)."""
+    parser.add_argument("input", help="cleaned output folder, or any dataset path cleanpipe reads")
+    parser.add_argument("-n", type=int, default=rows, help=f"rows to take (default {rows})")
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
 
 
 def read_dataset(path: str | Path) -> pa.Table:

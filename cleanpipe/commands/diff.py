@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from cleanpipe.gate import ExitCode
+from cleanpipe.errors import ExitCode
 
 __all__ = ["diff_reports", "register", "render_diff"]
 

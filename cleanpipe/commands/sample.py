@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.gate import ExitCode
+from cleanpipe.commands._data import add_sample_arguments
+from cleanpipe.errors import ExitCode
 
 __all__ = ["allocate", "register", "sample_indices", "sample_table"]
 
@@ -158,9 +159,7 @@ def register(subparsers: Any) -> None:
         description="Take a deterministic sample of a cleaned output folder (its data/) or any "
                     "dataset, for a smoke training run. Same input, -n, --seed and --stratify: "
                     "same rows, in input order.")
-    p.add_argument("input", help="cleaned output folder, or any dataset path cleanpipe reads")
-    p.add_argument("-n", type=int, default=1000, help="rows to take (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    add_sample_arguments(p, rows=1000)
     p.add_argument("--stratify", metavar="COLUMN",
                    help="keep every value of COLUMN represented, proportionally (e.g. label)")
     p.add_argument("--output", "-o", help="a .parquet or .jsonl file (default: JSONL on stdout)")

@@ -39,7 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.gate import ExitCode
+from cleanpipe.commands._data import add_sample_arguments
+from cleanpipe.errors import ExitCode
 
 __all__ = ["SmokeResult", "build_sequences", "configured_tokenizer", "load_tokenizer", "register",
            "run_smoke"]
@@ -408,13 +409,11 @@ def register(subparsers: Any) -> None:
         description="Train a tiny randomly initialised causal LM, sized to the tokenizer's "
                     "vocabulary, for a few steps on a deterministic sample; exit 1 on a "
                     "non-finite loss or gradient norm or an out-of-range token id.")
-    p.add_argument("input", help="cleaned output folder, or any dataset path cleanpipe reads")
+    add_sample_arguments(p, rows=128, seed_help="sample and initialisation seed")
     p.add_argument("--tokenizer",
                    help="tokenizer.json, or a folder with tokenizer.json + tokenizer_config.json")
     p.add_argument("--pipeline", help="take the tokenizer from this pipeline YAML's stages")
-    p.add_argument("-n", type=int, default=128, help="rows to sample (default 128)")
     p.add_argument("--batch-size", type=int, default=8, help="rows per step (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="sample and initialisation seed")
     p.add_argument("--max-length", type=int,
                    help="truncate sequences to this many tokens, as the trainer will")
     p.add_argument("--prompt-field", action="append",

@@ -32,7 +32,6 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cleanpipe.dedup import kernels, part_kernels
 
@@ -265,7 +264,3 @@ def verify_pairs(pairs: pa.Table, bands: int, rows: int, threshold: float, first
     ok = jac >= threshold
     return pa.table([pa.array(left[ok]), pa.array(right[ok]), pa.array(jac[ok])],
                     schema=EDGES)
-
-
-def count_true(mask: pa.Array | pa.ChunkedArray) -> int:
-    return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)

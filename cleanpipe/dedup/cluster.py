@@ -101,14 +101,9 @@ def choose_kept(labels: np.ndarray, lengths: np.ndarray | None, keep: Keep) -> n
     return rep
 
 
-def size_histogram(labels: np.ndarray) -> dict[str, int]:
-    """How many clusters (of 2 or more rows) have each size, in readable buckets."""
-    _, sizes = np.unique(labels, return_counts=True)
-    return sizes_histogram(sizes)
-
-
 def sizes_histogram(sizes: np.ndarray) -> dict[str, int]:
-    """:func:`size_histogram` from the size of each cluster (sizes below 2 are ignored).
+    """How many clusters (of 2 or more rows) have each size, in readable buckets, from the
+    size of each cluster (sizes below 2 are ignored).
 
     >>> sizes_histogram(np.array([1, 2, 2, 7, 120]))
     {'2': 2, '3': 0, '4': 0, '5-9': 1, '10-99': 0, '100+': 1}

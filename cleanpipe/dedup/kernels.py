@@ -29,8 +29,9 @@ MERSENNE61 = np.uint64((1 << 61) - 1)
 SCHEME_AFFINE32 = 0
 SCHEME_LEGACY = 1
 
+#: a document's shingle mode (:func:`cleanpipe.dedup.text.shingle_modes`): words, else (1)
+#: characters
 MODE_WORD = 0
-MODE_CHAR = 1
 
 
 @njit(cache=True, inline="always")
@@ -119,53 +120,6 @@ def _span_end(data: np.ndarray, starts: np.ndarray, k: int, j: int, end: int, mo
     return e
 
 
-@ahead_of_time("Tuple((i8[:], i8[:], i8[:]))(u1[:], i8[:], i1[:], i8, i8)")
-@njit(cache=True)
-def shingle_spans(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_word: int,
-                  n_char: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Byte spans of every shingle: ``(starts, ends, doc_offsets)`` (doc i owns
-    ``doc_offsets[i]:doc_offsets[i+1]``). A document shorter than ``n`` units is one shingle;
-    an empty document has none."""
-    n_docs = offsets.size - 1
-    counts = np.zeros(n_docs, dtype=np.int64)
-    longest = 0
-    for d in range(n_docs):
-        ln = offsets[d + 1] - offsets[d]
-        if ln > longest:
-            longest = ln
-    units = np.empty(longest + 1, dtype=np.int64)
-    for d in range(n_docs):
-        k = _doc_units(data, offsets[d], offsets[d + 1], modes[d], units)
-        n = n_word if modes[d] == MODE_WORD else n_char
-        counts[d] = 0 if k == 0 else max(1, k - n + 1)
-    doc_off = np.zeros(n_docs + 1, dtype=np.int64)
-    for d in range(n_docs):
-        doc_off[d + 1] = doc_off[d] + counts[d]
-    s_out = np.empty(doc_off[n_docs], dtype=np.int64)
-    e_out = np.empty(doc_off[n_docs], dtype=np.int64)
-    for d in range(n_docs):
-        mode = modes[d]
-        end = offsets[d + 1]
-        k = _doc_units(data, offsets[d], end, mode, units)
-        n = n_word if mode == MODE_WORD else n_char
-        o = doc_off[d]
-        for j in range(counts[d]):
-            last = min(j + n, k) - 1
-            s_out[o + j] = units[j]
-            e_out[o + j] = _span_end(data, units, k, last, end, mode)
-    return s_out, e_out, doc_off
-
-
-@ahead_of_time("u4[:](u1[:], i8[:], i8[:], u8)")
-@njit(cache=True)
-def xxh32_spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                seed: np.uint64) -> np.ndarray:
-    out = np.empty(starts.size, dtype=np.uint32)
-    for i in range(starts.size):
-        out[i] = np.uint32(xxh32(data, starts[i], ends[i], seed))
-    return out
-
-
 @njit(cache=True, inline="always")
 def _unit_count(data: np.ndarray, start: int, end: int, mode: int) -> int:
     """How many words (mode 0) or code points (mode 1) ``data[start:end]`` holds."""
@@ -184,6 +138,70 @@ def _unit_count(data: np.ndarray, start: int, end: int, mode: int) -> int:
     return k
 
 
+@njit(cache=True, inline="always")
+def _shingle_offsets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_word: int,
+                     n_char: int) -> np.ndarray:
+    """Where each document's shingles start in the output (and, last, how many there are):
+    a document shorter than ``n`` units is one shingle; an empty document has none."""
+    n_docs = offsets.size - 1
+    doc_off = np.zeros(n_docs + 1, dtype=np.int64)
+    for d in range(n_docs):
+        k = _unit_count(data, offsets[d], offsets[d + 1], modes[d])
+        n = n_word if modes[d] == MODE_WORD else n_char
+        doc_off[d + 1] = doc_off[d] + (0 if k == 0 else max(1, k - n + 1))
+    return doc_off
+
+
+@njit(cache=True, inline="always")
+def _doc_spans(data: np.ndarray, begin: int, end: int, mode: int, n: int, units: np.ndarray,
+               starts: np.ndarray, ends: np.ndarray) -> int:
+    """Byte spans of the shingles of ``data[begin:end]`` into ``starts`` and ``ends``
+    (``units`` is scratch room for its units); returns how many."""
+    k = _doc_units(data, begin, end, mode, units)
+    count = 0 if k == 0 else max(1, k - n + 1)
+    for j in range(count):
+        starts[j] = units[j]
+        ends[j] = _span_end(data, units, k, min(j + n, k) - 1, end, mode)
+    return count
+
+
+@njit(cache=True, inline="always")
+def _scratch(offsets: np.ndarray) -> np.ndarray:
+    """Room for the units (or shingles) of the longest document."""
+    longest = 0
+    for d in range(offsets.size - 1):
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    return np.empty(longest + 1, dtype=np.int64)
+
+
+@ahead_of_time("Tuple((i8[:], i8[:], i8[:]))(u1[:], i8[:], i1[:], i8, i8)")
+@njit(cache=True)
+def shingle_spans(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_word: int,
+                  n_char: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte spans of every shingle: ``(starts, ends, doc_offsets)`` (doc i owns
+    ``doc_offsets[i]:doc_offsets[i+1]``). A document shorter than ``n`` units is one shingle;
+    an empty document has none."""
+    doc_off = _shingle_offsets(data, offsets, modes, n_word, n_char)
+    s_out = np.empty(doc_off[-1], dtype=np.int64)
+    e_out = np.empty(doc_off[-1], dtype=np.int64)
+    units = _scratch(offsets)
+    for d in range(offsets.size - 1):
+        n = n_word if modes[d] == MODE_WORD else n_char
+        o = doc_off[d]
+        _doc_spans(data, offsets[d], offsets[d + 1], modes[d], n, units, s_out[o:], e_out[o:])
+    return s_out, e_out, doc_off
+
+
+@ahead_of_time("u4[:](u1[:], i8[:], i8[:], u8)")
+@njit(cache=True)
+def xxh32_spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                seed: np.uint64) -> np.ndarray:
+    out = np.empty(starts.size, dtype=np.uint32)
+    for i in range(starts.size):
+        out[i] = np.uint32(xxh32(data, starts[i], ends[i], seed))
+    return out
+
+
 @ahead_of_time("Tuple((u4[:], i8[:]))(u1[:], i8[:], i1[:], i8, i8, u8)")
 @njit(cache=True)
 def xxh32_shingles(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_word: int,
@@ -195,27 +213,17 @@ def xxh32_shingles(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_w
     Not ``parallel=True``: on 2 shared cores, and inside the engine's worker processes
     (already one per core), threads measured no faster.
     """
-    n_docs = offsets.size - 1
-    counts = np.zeros(n_docs, dtype=np.int64)
-    for d in range(n_docs):
-        k = _unit_count(data, offsets[d], offsets[d + 1], modes[d])
-        n = n_word if modes[d] == MODE_WORD else n_char
-        counts[d] = 0 if k == 0 else max(1, k - n + 1)
-    doc_off = np.zeros(n_docs + 1, dtype=np.int64)
-    for d in range(n_docs):
-        doc_off[d + 1] = doc_off[d] + counts[d]
-    out = np.empty(doc_off[n_docs], dtype=np.uint32)
-    for d in range(n_docs):
-        mode = modes[d]
-        begin, end = offsets[d], offsets[d + 1]
-        units = np.empty(end - begin + 1, dtype=np.int64)
-        k = _doc_units(data, begin, end, mode, units)
+    doc_off = _shingle_offsets(data, offsets, modes, n_word, n_char)
+    out = np.empty(doc_off[-1], dtype=np.uint32)
+    units = _scratch(offsets)
+    for d in range(offsets.size - 1):
+        mode, end = modes[d], offsets[d + 1]
+        k = _doc_units(data, offsets[d], end, mode, units)
         n = n_word if mode == MODE_WORD else n_char
         o = doc_off[d]
-        for j in range(counts[d]):
-            last = min(j + n, k) - 1
-            out[o + j] = np.uint32(xxh32(data, units[j],
-                                         _span_end(data, units, k, last, end, mode), seed))
+        for j in range(doc_off[d + 1] - o):
+            stop = _span_end(data, units, k, min(j + n, k) - 1, end, mode)
+            out[o + j] = np.uint32(xxh32(data, units[j], stop, seed))
     return out, doc_off
 
 
@@ -285,6 +293,18 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return out
 
 
+@njit(cache=True, inline="always")
+def sort_unique(seg: np.ndarray) -> int:
+    """Sort ``seg`` in place with its distinct values first; returns how many there are."""
+    seg.sort()
+    w = 0
+    for i in range(seg.size):
+        if i == 0 or seg[i] != seg[i - 1]:
+            seg[w] = seg[i]
+            w += 1
+    return w
+
+
 @ahead_of_time("Tuple((u4[:], i8[:]))(u4[:], i8[:])")
 @njit(cache=True)
 def sorted_unique_segments(hashes: np.ndarray, doc_off: np.ndarray) -> tuple[np.ndarray,
@@ -299,14 +319,7 @@ def sorted_unique_segments(hashes: np.ndarray, doc_off: np.ndarray) -> tuple[np.
     sizes = np.zeros(n_docs, dtype=np.int64)
     for d in range(n_docs):
         a, b = doc_off[d], doc_off[d + 1]
-        seg = work[a:b]
-        seg.sort()
-        w = 0
-        for i in range(seg.size):
-            if i == 0 or seg[i] != seg[i - 1]:
-                seg[w] = seg[i]
-                w += 1
-        sizes[d] = w
+        sizes[d] = sort_unique(work[a:b])
     new_off = np.zeros(n_docs + 1, dtype=np.int64)
     for d in range(n_docs):
         new_off[d + 1] = new_off[d] + sizes[d]
@@ -331,6 +344,25 @@ def shared_bands(keys: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.nd
                 c += 1
         out[t] = c
     return out
+
+
+@njit(cache=True, inline="always")
+def sorted_common(v: np.ndarray, p: int, pe: int, q: int, qe: int, need: float) -> int:
+    """How many values the sorted sets ``v[p:pe]`` and ``v[q:qe]`` share; the merge stops
+    (returning less than ``need``) once the rest cannot lift the count to ``need``."""
+    inter = 0
+    while p < pe and q < qe:
+        if inter + min(pe - p, qe - q) < need:
+            break
+        if v[p] == v[q]:
+            inter += 1
+            p += 1
+            q += 1
+        elif v[p] < v[q]:
+            p += 1
+        else:
+            q += 1
+    return inter
 
 
 @ahead_of_time("f8[:](u4[:], i8[:], i8[:], i8[:], f8)")
@@ -358,24 +390,30 @@ def pair_jaccard(sets: np.ndarray, off: np.ndarray, left: np.ndarray,
             need = at_least / (1.0 + at_least) * (na + nb) - 1e-9
         else:
             need = 0.0
-        inter = 0
-        while p < pe and q < qe:
-            if inter + min(pe - p, qe - q) < need:
-                break
-            if sets[p] == sets[q]:
-                inter += 1
-                p += 1
-                q += 1
-            elif sets[p] < sets[q]:
-                p += 1
-            else:
-                q += 1
+        inter = sorted_common(sets, p, pe, q, qe, need)
         if inter < need:
             out[t] = -1.0
             continue
         union = na + nb - inter
         out[t] = inter / union if union > 0 else 0.0
     return out
+
+
+@njit(cache=True, inline="always")
+def _bucket(order: np.ndarray, sorted_keys: np.ndarray, valid: np.ndarray, i: int,
+            members: np.ndarray) -> tuple[int, int]:
+    """``(end, m)`` of the bucket of equal keys starting at ``i``: where the next one starts,
+    and how many valid documents it holds (written to ``members[:m]``)."""
+    n = order.size
+    j = i + 1
+    while j < n and sorted_keys[j] == sorted_keys[i]:
+        j += 1
+    m = 0
+    for t in range(i, j):
+        if valid[order[t]]:
+            members[m] = order[t]
+            m += 1
+    return j, m
 
 
 @ahead_of_time("Tuple((i8[:], i8[:]))(i8[:], u8[:], b1[:], i8)")
@@ -390,34 +428,19 @@ def bucket_pairs(order: np.ndarray, sorted_keys: np.ndarray, valid: np.ndarray,
     at linear cost.
     """
     n = order.size
-    total = 0
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and sorted_keys[j] == sorted_keys[i]:
-            j += 1
-        m = 0
-        for t in range(i, j):
-            if valid[order[t]]:
-                m += 1
-        if m >= 2:
-            total += m * (m - 1) // 2 if m <= max_all_pairs else m - 1
-        i = j
-    left = np.empty(total, dtype=np.int64)
-    right = np.empty(total, dtype=np.int64)
-    w = 0
-    i = 0
     members = np.empty(n, dtype=np.int64)
-    while i < n:
-        j = i + 1
-        while j < n and sorted_keys[j] == sorted_keys[i]:
-            j += 1
-        m = 0
-        for t in range(i, j):
-            if valid[order[t]]:
-                members[m] = order[t]
-                m += 1
-        if m >= 2:
+    left = np.empty(0, dtype=np.int64)
+    right = np.empty(0, dtype=np.int64)
+    for fill in range(2):  # count the pairs, then write them
+        w = 0
+        i = 0
+        while i < n:
+            i, m = _bucket(order, sorted_keys, valid, i, members)
+            if m < 2:
+                continue
+            if not fill:
+                w += m * (m - 1) // 2 if m <= max_all_pairs else m - 1
+                continue
             seg = np.sort(members[:m])
             if m <= max_all_pairs:
                 for x in range(m):
@@ -430,7 +453,9 @@ def bucket_pairs(order: np.ndarray, sorted_keys: np.ndarray, valid: np.ndarray,
                     left[w] = seg[0]
                     right[w] = seg[y]
                     w += 1
-        i = j
+        if not fill:
+            left = np.empty(w, dtype=np.int64)
+            right = np.empty(w, dtype=np.int64)
     return left, right
 
 
@@ -505,23 +530,13 @@ def collapse_whitespace(data: np.ndarray, offsets: np.ndarray,
         at_start = True
         while i < end:
             c = data[i]
-            if 32 < c < 0x80 and c != sep:
-                # Printable ASCII, the common case: no whitespace test needed.
-                if pending and not at_start:
-                    out[w] = 32
-                    w += 1
-                pending = False
-                at_start = False
-                out[w] = c
-                w += 1
-                i += 1
-                continue
-            k = _space_len(data, i, end)
-            if k > 0:
-                pending = True
-                i += k
-                continue
-            c = data[i]
+            # printable ASCII, the common case, needs no whitespace test
+            if not 32 < c < 0x80:
+                k = _space_len(data, i, end)
+                if k > 0:
+                    pending = True
+                    i += k
+                    continue
             if c == sep:
                 out[w] = c
                 w += 1

@@ -51,17 +51,10 @@ def lsh_params(threshold: float, num_perm: int, weights: tuple[float, float]) ->
 
     Cached: datasketch integrates numerically for every split (~60 ms a call).
     """
-    try:
-        from datasketch.lsh import _optimal_param
-    except ImportError:  # pragma: no cover - datasketch is a dependency
-        _optimal_param = None
-    if _optimal_param is not None:
-        b, r = _optimal_param(threshold, num_perm, weights[0], weights[1])
-        return int(b), int(r)
-    from datasketch import MinHashLSH  # pragma: no cover
+    from datasketch import MinHashLSH
 
-    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)  # pragma: no cover
-    return lsh.b, lsh.r  # pragma: no cover
+    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
+    return lsh.b, lsh.r
 
 
 @dataclass

@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit
 
 from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
-from cleanpipe.dedup.kernels import MODE_WORD, xxh32
+from cleanpipe.dedup.kernels import MODE_WORD, sort_unique, sorted_common, xxh32
 from cleanpipe.precompiled import ahead_of_time
 
 HEADER = 3
@@ -116,13 +116,7 @@ def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
                                                       and data[j - 2] == 63))
             i = j
             if closes or i >= end:
-                seg = values[sent_start:nv]
-                seg.sort()
-                w = 0
-                for t in range(seg.size):
-                    if t == 0 or seg[t] != seg[t - 1]:
-                        seg[w] = seg[t]
-                        w += 1
+                w = sort_unique(values[sent_start:nv])
                 nv = sent_start + w
                 if w > 0:
                     sizes[ns] = w
@@ -179,29 +173,13 @@ def pack(r_sets: np.ndarray, r_off: np.ndarray, s_vals: np.ndarray, s_sizes: np.
 
 
 @njit(cache=True, inline="always")
-def _common(v: np.ndarray, p: int, pe: int, q: int, qe: int) -> int:
-    """How many values the sorted sets ``v[p:pe]`` and ``v[q:qe]`` share."""
-    inter = 0
-    while p < pe and q < qe:
-        if v[p] == v[q]:
-            inter += 1
-            p += 1
-            q += 1
-        elif v[p] < v[q]:
-            p += 1
-        else:
-            q += 1
-    return inter
-
-
-@njit(cache=True, inline="always")
 def _jaccard(v: np.ndarray, p: int, pe: int, q: int, qe: int) -> float:
     na, nb = pe - p, qe - q
     if na == 0 and nb == 0:
         return 1.0
     if na == 0 or nb == 0:
         return 0.0
-    inter = _common(v, p, pe, q, qe)
+    inter = sorted_common(v, p, pe, q, qe, 0.0)
     return inter / (na + nb - inter)
 
 
@@ -223,7 +201,7 @@ def _copied(v: np.ndarray, p: int, pe: int, q: int, qe: int, at_least: float) ->
     if big - small < MERGED and _bound(na, nb) < at_least and not (
             na == nb and na >= EDITED_SENTENCE // 2):
         return False
-    inter = _common(v, p, pe, q, qe)
+    inter = sorted_common(v, p, pe, q, qe, 0.0)
     if small >= MERGED and big - inter >= MERGED and inter >= at_least * small:
         return True
     if na == nb and na - inter <= (na >= EDITED_SENTENCE) + (na >= EDITED_SENTENCE // 2):
@@ -252,7 +230,8 @@ def _sentences_covered(v: np.ndarray, a: int, b: int, at_least: float,
             y = (nxt + k) % nb_s
             ys = starts[y + 1] - starts[y]
             if ((loose and abs(xs - ys) <= 1
-                    and _common(v, pa_, pa_ + xs, starts[y], starts[y + 1]) >= max(xs, ys) - 1)
+                    and sorted_common(v, pa_, pa_ + xs, starts[y], starts[y + 1], 0.0)
+                    >= max(xs, ys) - 1)
                     or _copied(v, pa_, pa_ + xs, starts[y], starts[y + 1], at_least)):
                 found = True
                 nxt = y + 1

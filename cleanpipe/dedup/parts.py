@@ -12,7 +12,7 @@ user and system turns are the prompt, assistant turns the response). Other field
 next to them join the prompt (they are context the model is given).
 
     >>> import pyarrow as pa
-    >>> from cleanpipe.stages.base import BatchContext
+    >>> from cleanpipe.contract.stage import BatchContext
     >>> b = pa.RecordBatch.from_pylist([{"instruction": "Name a colour.", "input": "",
     ...                                  "output": "Blue."}])
     >>> p = resolve("auto", ["instruction", "input", "output"], None, None, BatchContext(b))
@@ -32,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.contract.stage import BatchContext
 from cleanpipe.dedup.rows import PART_SEP
 from cleanpipe.dedup.text import join_by_row
 from cleanpipe.fields import FieldError
-from cleanpipe.stages.base import BatchContext
 
 PartsMode = Literal["auto", "joined"]
 

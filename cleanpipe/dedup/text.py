@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.stages.base import BatchContext
+from cleanpipe.contract.stage import BatchContext
 
 #: Scripts written without spaces between words: word shingles would make one "word" of a
 #: whole sentence, so these documents get character n-grams.

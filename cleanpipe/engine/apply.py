@@ -16,9 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.engine.rows import QuarantineRows, Rows
-from cleanpipe.fields import FieldError, flatten_field, parse_selector, rebuild_field
-from cleanpipe.stages.base import (
+from cleanpipe.contract.findings import merge_metrics
+from cleanpipe.contract.stage import (
     Action,
     BatchContext,
     BatchStage,
@@ -28,6 +27,9 @@ from cleanpipe.stages.base import (
     Stage,
     TextStage,
 )
+from cleanpipe.contract.text_fields import field_present, run_text_stage
+from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.fields import FieldError, flatten_field
 
 MAX_EXAMPLES = 5
 #: Histogram edges (characters per row, all text fields together): powers of two.
@@ -49,18 +51,6 @@ class StageBatchStats:
     metrics: dict[str, Any] = field(default_factory=dict)
     events: pa.Table | None = None
     seconds: float = 0.0
-
-
-def merge_metrics(into: dict[str, Any], new: dict[str, Any]) -> None:
-    """Sum nested dicts of numbers (histograms, totals)."""
-    for k, v in new.items():
-        if isinstance(v, dict):
-            merge_metrics(into.setdefault(k, {}), v)
-        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
-            into[k] = into.get(k, 0) + (v.item() if hasattr(v, "item") else v)
-        else:
-            # non-numeric values (a vocabulary size, a tokenizer name) are kept as the last seen
-            into[k] = v
 
 
 @dataclass
@@ -107,7 +97,7 @@ def _texts_present(batch: pa.RecordBatch, fields: list[str]
                    ) -> Iterator[tuple[pa.Array, np.ndarray]]:
     """Flattened strings of those ``fields`` this batch has (for counts and snippets)."""
     for f in fields:
-        if not _present(batch, f):
+        if not field_present(batch, f):
             continue
         try:
             yield flatten_field(batch, f)
@@ -227,30 +217,6 @@ def apply_findings(stage: Stage, rows: Rows, findings: Findings,
         details=[details.get(p, []) for p in drop.tolist()],
     )
     return rows.take_mask(keep), q
-
-
-def _present(batch: pa.RecordBatch, selector: str) -> bool:
-    return batch.schema.get_field_index(parse_selector(selector)[0].name) >= 0
-
-
-def run_text_stage(stage: TextStage, data: pa.RecordBatch, text_fields: list[str],
-                   shard: str) -> tuple[pa.RecordBatch, Findings, dict[str, Any]]:
-    findings = Findings(stage.name)
-    metrics: dict[str, Any] = {}
-    for f in stage.fields or text_fields:
-        if not _present(data, f):
-            raise FieldError(
-                f"{shard}: text field {f!r} is not in this file; columns: "
-                f"{', '.join(data.schema.names)}; name the text fields every file has with"
-                " fields: (or --fields), or clean such files in a separate run"
-            )
-        values, positions = flatten_field(data, f)
-        res = stage.transform(values)
-        if res.texts is not values:
-            data = rebuild_field(data, f, res.texts)
-        findings.extend(res.findings.with_field(f), position_map=positions)
-        merge_metrics(metrics, res.metrics)
-    return data, findings, metrics
 
 
 Applied = tuple[Rows, "QuarantineRows | None", StageBatchStats]

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from cleanpipe.contract.stage import BatchContext, GlobalStage, Stage
 from cleanpipe.engine.apply import (
     CHAR_EDGES,
     StageBatchStats,
@@ -34,7 +35,6 @@ from cleanpipe.engine.apply import (
     histogram_of,
     merge_field_stats,
 )
-from cleanpipe.engine.memory import release_free_memory, returning_pool, use_returning_pool
 from cleanpipe.engine.ordering import events_in_seq_order, quarantine_in_seq_order
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
@@ -47,8 +47,8 @@ from cleanpipe.io.line_blocks import block_bytes_from_env
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
 from cleanpipe.io.schemas import check_fields_seen, with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
+from cleanpipe.memory import release_free_memory, returning_pool, use_returning_pool
 from cleanpipe.spec import PipelineSpec, check_setting
-from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
 #: batches between two trims of the C heap (see memory.release_free_memory)
 _TRIM_EVERY = 4
@@ -83,7 +83,6 @@ class RunState:
 
     stage_stats: list[StageStats]
     read: int = 0
-    bad_records: int = 0
     kept: int = 0
     quarantined: int = 0
     shards: int = 0
@@ -313,7 +312,6 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
             unreadable = None
             if chunk.bad:
                 state.read += len(chunk.bad)
-                state.bad_records += len(chunk.bad)
                 for b in chunk.bad:
                     state.read_codes[b.code] = state.read_codes.get(b.code, 0) + 1
                     if sum(1 for e in state.read_examples if e["code"] == b.code) < 5:

@@ -156,9 +156,3 @@ def _init_from(frozen: bytes, parent: int) -> None:
         initializer(*initargs)
 
 
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
-                initializer: Callable[..., None] | None = None, initargs: tuple[Any, ...] = (),
-                window: int | None = None) -> Iterator[R]:
-    """``map(fn, items)`` on ``workers`` processes (in this process when ``workers <= 1``)."""
-    with WorkerPool(workers, initializer, initargs) as pool:
-        yield from pool.map(fn, items, window)

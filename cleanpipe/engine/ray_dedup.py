@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cleanpipe.contract.stage import GlobalStage
 from cleanpipe.dedup import bands, partition_steps
 from cleanpipe.dedup.partition_steps import MEMBERS
 from cleanpipe.engine.ray_shuffle import co_group, use_sort_shuffle
 from cleanpipe.engine.rows import Rows
 from cleanpipe.stages import exact_dedup
-from cleanpipe.stages.base import GlobalStage
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import (
     DECISIONS,

@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cleanpipe.dedup.decisions import DECISIONS
+from cleanpipe.contract.decisions import DECISIONS
+from cleanpipe.contract.stage import BatchContext, GlobalStage, Stage
 from cleanpipe.engine import local
 from cleanpipe.engine.apply import StageBatchStats, StageStats, apply_decide
 from cleanpipe.engine.local import RunState, Sinks, TaskResult, read_rows, segments_of
@@ -52,7 +53,6 @@ from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.engine.shard_quarantine import ShardQuarantine
 from cleanpipe.fields import discover_text_fields
 from cleanpipe.spec import PipelineSpec
-from cleanpipe.stages.base import BatchContext, GlobalStage, Stage
 
 #: object store of a cluster this engine starts itself (an existing cluster keeps its own)
 DEFAULT_OBJECT_STORE = 1 << 30

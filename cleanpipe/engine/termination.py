@@ -18,9 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-#: exit status of a run ended by SIGTERM (128 + 15, as a shell reports it)
-EXIT_TERMINATED = 128 + signal.SIGTERM
-
 
 class Terminated(KeyboardInterrupt):
     """Raised in the main thread on SIGTERM: a KeyboardInterrupt, so every clean-up written

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from cleanpipe.io.schemas import any_type
 from cleanpipe.io.type_clashes import child_path
 
 
@@ -48,18 +49,7 @@ def has_empty_struct(t: pa.DataType | pa.Schema) -> bool:
     >>> has_empty_struct(pa.list_(pa.struct([("a", pa.struct([]))]))), has_empty_struct(pa.int8())
     (True, False)
     """
-    stack = [f.type for f in t] if isinstance(t, pa.Schema) else [t]
-    while stack:
-        x = stack.pop()
-        if pa.types.is_struct(x):
-            if x.num_fields == 0:
-                return True
-            stack.extend(x.field(i).type for i in range(x.num_fields))
-        elif pa.types.is_list(x) or pa.types.is_large_list(x) or pa.types.is_fixed_size_list(x):
-            stack.append(x.value_type)
-        elif pa.types.is_map(x):
-            stack.extend((x.key_type, x.item_type))
-    return False
+    return any_type(t, lambda x: pa.types.is_struct(x) and x.num_fields == 0)
 
 
 def without_empty_objects(table: pa.Table) -> tuple[pa.Table, list[EmptyObjects]]:

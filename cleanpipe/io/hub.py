@@ -35,7 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from cleanpipe.io.sources import InputError, Shard
+from cleanpipe.io.errors import InputError
+from cleanpipe.io.shard import Shard
 
 PREFIX = "hub:"
 _HF_REPO = re.compile(r"hf://datasets/(?P<repo>[^/@]+(?:/[^/@]+)?)(?:@(?P<rev>[^/]+))?/?")

@@ -9,7 +9,7 @@ Two rules keep a run from losing files it did not write:
   cleanpipe and listing each file the run wrote. ``--overwrite`` replaces a folder only when
   its manifest is there and every file in it is listed (an empty folder holds nothing to
   lose, and outputs of versions before the manifest are recognised by their fixed layout).
-  Anything else is refused with a one-line :class:`~cleanpipe.io.writers.OutputError`.
+  Anything else is refused with a one-line :class:`~cleanpipe.io.errors.OutputError`.
 
     >>> import tempfile
     >>> out = Path(tempfile.mkdtemp())
@@ -33,8 +33,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from cleanpipe import __version__
+from cleanpipe.io.errors import OutputError
 from cleanpipe.io.filesystems import redact
+from cleanpipe.version import __version__
 
 #: the marker of an output (and of a temporary folder) cleanpipe wrote
 MANIFEST = "_cleanpipe.json"
@@ -132,8 +133,6 @@ def foreign_files(folder: Path) -> list[str]:
 
 def refuse_foreign(extra: list[str], has_manifest: bool, shown: str) -> None:
     """Raise the one-line error for a folder holding files cleanpipe did not write."""
-    from cleanpipe.io.writers import OutputError
-
     if not extra:
         return
     if not has_manifest:
@@ -160,14 +159,12 @@ def claim_report_files(folder: Path, names: Iterable[str]) -> None:
         >>> claim_report_files(d, ["report.json", "junit.xml"])
         Traceback (most recent call last):
         ...
-        cleanpipe.io.writers.OutputError: ...junit.xml: not replaced: cleanpipe did not write it...
+        cleanpipe.io.errors.OutputError: ...junit.xml: not replaced: cleanpipe did not write it...
         >>> (d / "junit.xml").unlink()
         >>> claim_report_files(d, ["report.json", "junit.xml"])
         >>> _ = (d / "junit.xml").write_text("<ours/>")
         >>> claim_report_files(d, ["report.json", "junit.xml"])  # ours now: may be replaced
     """
-    from cleanpipe.io.writers import OutputError
-
     names = list(names)
     manifest = read_manifest(folder) if folder.is_dir() else None
     listed = set(manifest.get("files", [])) if manifest else set()
@@ -235,11 +232,9 @@ def check_no_overlap(output: str | os.PathLike[str], source: Any) -> None:
         >>> check_no_overlap("/data", "/data/raw/*.jsonl")
         Traceback (most recent call last):
         ...
-        cleanpipe.io.writers.OutputError: /data: holds the input /data/raw/*.jsonl; replacing \
+        cleanpipe.io.errors.OutputError: /data: holds the input /data/raw/*.jsonl; replacing \
 it would delete the input: choose an output outside it
     """
-    from cleanpipe.io.writers import OutputError
-
     shown = redact(os.fspath(output))
     root, path = _location(os.fspath(output))
     if not root and _within(PurePosixPath(os.path.realpath(os.getcwd())), path):

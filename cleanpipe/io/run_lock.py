@@ -28,13 +28,15 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: no lock, as before
     fcntl = None  # type: ignore[assignment]
 
+from cleanpipe.io.errors import OutputError
+
 _OWNER = re.compile(r"^cleanpipe run pid (\d+)\n?$")
 
 
 class OutputLock:
     """An exclusive lock on the output ``target`` for as long as the ``with`` block runs.
 
-    Raises :class:`~cleanpipe.io.writers.OutputError` at once when another run holds it.
+    Raises :class:`~cleanpipe.io.errors.OutputError` at once when another run holds it.
     """
 
     def __init__(self, target: Path) -> None:
@@ -43,8 +45,6 @@ class OutputLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        from cleanpipe.io.writers import OutputError
-
         if fcntl is None:  # pragma: no cover
             return
         while True:

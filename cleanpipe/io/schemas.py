@@ -14,15 +14,47 @@ error naming both files.
     >>> unify_schemas([("a.jsonl", a), ("c.jsonl", pa.schema([("x", pa.string())]))])
     Traceback (most recent call last):
     ...
-    cleanpipe.io.sources.InputError: column 'x' is int32 in a.jsonl but string in c.jsonl; ...
+    cleanpipe.io.errors.InputError: column 'x' is int32 in a.jsonl but string in c.jsonl; ...
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
 from cleanpipe.fields import FieldError, parse_selector, selector_root
 from cleanpipe.io.sources import InputError
+
+
+def nested_types(t: pa.DataType | pa.Schema) -> Iterator[tuple[pa.DataType, int]]:
+    """Every type in a type (or in a schema's columns), with its depth (1: the type itself,
+    or a column): struct fields, list values, map keys and items. Iterative, so data nested
+    past Python's recursion limit is walked too.
+
+    >>> [(str(x), d) for x, d in nested_types(pa.list_(pa.struct([("a", pa.int8())])))]
+    [('list<item: struct<a: int8>>', 1), ('struct<a: int8>', 2), ('int8', 3)]
+    """
+    stack = [(f.type, 1) for f in t] if isinstance(t, pa.Schema) else [(t, 1)]
+    while stack:
+        x, d = stack.pop()
+        yield x, d
+        if pa.types.is_struct(x):
+            stack.extend((x.field(i).type, d + 1) for i in range(x.num_fields))
+        elif pa.types.is_list(x) or pa.types.is_large_list(x) or pa.types.is_fixed_size_list(x):
+            stack.append((x.value_type, d + 1))
+        elif pa.types.is_map(x):
+            stack.extend(((x.key_type, d + 1), (x.item_type, d + 1)))
+
+
+def any_type(t: pa.DataType | pa.Schema, pred: Callable[[pa.DataType], bool]) -> bool:
+    """Whether ``pred`` holds for any of :func:`nested_types`.
+
+    >>> any_type(pa.schema([("m", pa.list_(pa.struct([("x", pa.float64())])))]),
+    ...          pa.types.is_floating)
+    True
+    """
+    return any(pred(x) for x, _ in nested_types(t))
 
 
 def _unify_pair(a: pa.Schema, b: pa.Schema) -> pa.Schema:

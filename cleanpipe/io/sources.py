@@ -17,12 +17,13 @@ import glob
 import os
 import posixpath
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pyarrow.fs as pafs
 
+from cleanpipe.io.errors import InputError
 from cleanpipe.io.filesystems import (
     filesystem_for,
     glob_regex,
@@ -32,6 +33,8 @@ from cleanpipe.io.filesystems import (
     shown_uri,
     sorted_files,
 )
+from cleanpipe.io.hub import hub_hint, hub_shards, parse_hub
+from cleanpipe.io.shard import Shard
 
 FORMATS = ("jsonl", "json", "parquet", "csv", "tsv", "arrow", "hf", "text")
 #: formats whose readers take the whole file's bytes (the others seek into it)
@@ -43,37 +46,6 @@ _EXT = {
     ".ipc": "arrow", ".txt": "text",
 }
 _COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-
-
-class InputError(Exception):
-    """The input cannot be read (exit code 3). The message names the file and what to do."""
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One file (or save_to_disk directory, or in-memory object) to read."""
-
-    path: str | None  # where it is, as messages name it: a local path or a URI
-    name: str  # relative name used in row ids
-    format: str
-    compression: str | None = None
-    size: int = 0
-    obj: Any = None  # in-memory data (Table, DataFrame, datasets.Dataset)
-    # a pyarrow FileSystem is not hashable: it stays out of == and hash()
-    filesystem: pafs.FileSystem = field(default_factory=pafs.LocalFileSystem, compare=False,
-                                        repr=False)
-    fs_path: str | None = None  # the path inside ``filesystem`` when it differs from ``path``
-    # the shard's bytes when already downloaded (a remote text shard is fetched once for the
-    # fingerprint and the reader)
-    prefetched: bytes | None = field(default=None, compare=False, repr=False)
-    revision: str | None = None  # a Hub dataset's revision (commit), when known
-
-    @property
-    def open_path(self) -> str:
-        """The path to hand to ``filesystem`` (``bucket/key`` for s3://bucket/key)."""
-        path = self.fs_path or self.path
-        assert path is not None, "an in-memory shard has no path"
-        return path
 
 
 def is_hf_dir(path: Path) -> bool:
@@ -193,8 +165,6 @@ def resolve_sources(spec: Any, fmt: str = "auto") -> list[Shard]:
     if not isinstance(spec, (str, os.PathLike)):
         return [Shard(None, type(spec).__name__, "memory", obj=spec)]
     text = os.fspath(spec)
-    from cleanpipe.io.hub import hub_hint, hub_shards, parse_hub  # hub imports this module
-
     if (hub := parse_hub(text)) is not None:
         return hub_shards(hub, text)
     if (hint := hub_hint(text)) is not None:

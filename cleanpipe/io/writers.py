@@ -19,7 +19,6 @@ at the end, so a run killed midway leaves nothing that looks complete.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import uuid
@@ -32,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cleanpipe.fault_points import pause_point
+from cleanpipe.io.errors import OutputError
 from cleanpipe.io.output_guard import (
     MANIFEST,
     check_replaceable,
@@ -44,19 +44,10 @@ from cleanpipe.io.row_bytes import row_bytes
 from cleanpipe.io.run_lock import OutputLock
 from cleanpipe.io.schemas import cast_batch, unify_schemas
 
-OUTPUT_FORMATS = ("parquet", "jsonl", "hf")
-QUARANTINE_COLUMNS = ("_cleanpipe_row_id", "_cleanpipe_stage", "_cleanpipe_reasons",
-                      "_cleanpipe_details", "_cleanpipe_raw")
-
-
 #: a Parquet row group closes at this many rows ...
 GROUP_ROWS = 65_536
 #: ... or once its rows hold this many bytes (:func:`cleanpipe.io.row_bytes.row_bytes`)
 GROUP_BYTES = 32 << 20
-
-
-class OutputError(Exception):
-    """The output location cannot be used (exists, not writable, disk full)."""
 
 
 class RowGroups:
@@ -458,8 +449,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False) + "\n",
-                    encoding="utf-8")

@@ -7,13 +7,13 @@ from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
-from cleanpipe import __version__
+from cleanpipe.contract import published as pub
+from cleanpipe.contract.stage import GlobalStage, Stage
 from cleanpipe.engine.apply import CHAR_EDGES
 from cleanpipe.engine.local import RunState
 from cleanpipe.report.schema import SCHEMA_VERSION
 from cleanpipe.spec import PipelineSpec
-from cleanpipe.stages import published as pub
-from cleanpipe.stages.base import GlobalStage, Stage
+from cleanpipe.version import __version__
 
 _KEY_DEPS = ("pyarrow", "polars", "datasets", "datasketch", "ftfy", "tokenizers", "numpy",
              "numba", "pydantic")

@@ -18,11 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cleanpipe import __version__
+from cleanpipe.errors import ExitCode
 from cleanpipe.report.junit import render_junit
-
-#: what each exit code means, as report.json's ``error.meaning`` says it
-MEANINGS = {2: "usage or config error", 3: "unreadable input", 70: "internal error"}
+from cleanpipe.version import __version__
 
 
 def error_report(*, command: str, pipeline: str | None, exit_code: int, message: str,
@@ -34,9 +32,17 @@ def error_report(*, command: str, pipeline: str | None, exit_code: int, message:
         "pipeline": {"name": Path(pipeline).stem if pipeline else "pipeline",
                      "path": pipeline},
         "error": {"exit_code": exit_code, "kind": kind, "message": message,
-                  "meaning": MEANINGS.get(exit_code, "error")},
+                  "meaning": _meaning(exit_code)},
         "verdict": {"passed": False, "exit_code": exit_code, "rules": []},
     }
+
+
+def _meaning(exit_code: int) -> str:
+    """What ``exit_code`` means, as report.json's ``error.meaning`` says it."""
+    try:
+        return ExitCode(exit_code).meaning
+    except ValueError:
+        return "error"
 
 
 def write_error_report(report: dict[str, Any], directory: str | os.PathLike[str]) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cleanpipe.stages.published import NAMES
+from cleanpipe.contract.published import NAMES
 
 __all__ = ["BOUND_NOTE", "TokenFigure", "any_bounded", "token_figures", "total_text"]
 

@@ -11,7 +11,7 @@ last answer so the sequence fits, only where some of that answer survives; a rec
 prompt alone fills the window is dropped.
 
 The report gets the token length of every row that reaches the stage and of every row it
-passes on (:mod:`cleanpipe.stages.published`). A row proven short by its size alone is
+passes on (:mod:`cleanpipe.contract.published`). A row proven short by its size alone is
 placed by that proof, a sound upper bound of its length, and counted as bounded (the chart
 shows those apart, and a total including one is marked as an upper bound): tokenizing it only
 to place it would cost the time the proof saves. A row proven short after encoding some of
@@ -28,11 +28,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from cleanpipe.contract import published as pub
+from cleanpipe.contract.sequence_stage import Measured, SequenceStage
+from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings
 from cleanpipe.fields import flatten_field, rebuild_field
-from cleanpipe.stages import published as pub
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
 from cleanpipe.templating.sequences import template_response
-from cleanpipe.templating.stage import Measured, SequenceStage
 
 
 class ContextLength(SequenceStage):

@@ -32,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 from ftfy.fixes import fix_surrogates
 
-from cleanpipe.stages._byte_scan import ByteScan
-from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages._text_util import put, regex_mask
-from cleanpipe.stages.base import Action, ExampleCount, Findings, TextResult, TextStage
+from cleanpipe.contract.stage import Action, ExampleCount, Findings, TextResult, TextStage
+from cleanpipe.text.arrays import put, regex_mask
+from cleanpipe.text.byte_scan import ByteScan
+from cleanpipe.text.rules import Rule, RuleSet, cls, expand
 
 _C0 = ((0x01, 0x08), 0x0B, 0x0C, (0x0E, 0x1F), 0x7F)
 _C1 = ((0x80, 0x84), (0x86, 0x9F))

@@ -11,14 +11,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
+from cleanpipe.contract.decided import DecidedFromTable
+from cleanpipe.contract.decisions import DECISIONS, decisions_table, reference_name
+from cleanpipe.contract.stage import Action, BatchContext, GlobalStage, StageError
 from cleanpipe.dedup import cluster, hashing
-from cleanpipe.dedup.decisions import DECISIONS, decisions_table, reference_name
 from cleanpipe.dedup.partition_steps import HASH_ROWS_SCHEMA
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_snippets
 from cleanpipe.dedup.text import UnicodeForm, normalize, row_texts
-from cleanpipe.stages._decided import DecidedFromTable
-from cleanpipe.stages.base import Action, BatchContext, GlobalStage, StageError
+from cleanpipe.fields import string_columns
 
 
 @dataclass
@@ -166,9 +167,7 @@ class ExactDedup(DecidedFromTable, GlobalStage):
             fields = self.reference_fields or self.fields
             k = start
             for rb in table_batches(table):
-                ctx = BatchContext(rb, fields or [f.name for f in rb.schema
-                                                  if pa.types.is_string(f.type)
-                                                  or pa.types.is_large_string(f.type)])
+                ctx = BatchContext(rb, fields or string_columns(rb.schema))
                 h = self.hash_rows(ctx, fields)
                 tables.append(self.hash_table(h, np.arange(k, k + rb.num_rows), None))
                 k += rb.num_rows
@@ -193,9 +192,7 @@ class ExactDedup(DecidedFromTable, GlobalStage):
             self._ref_offsets.append((start, ref_name))
             fields = self.reference_fields or self.fields
             for rb in table_batches(table):
-                ctx = BatchContext(rb, fields or [f.name for f in rb.schema
-                                                  if pa.types.is_string(f.type)
-                                                  or pa.types.is_large_string(f.type)])
+                ctx = BatchContext(rb, fields or string_columns(rb.schema))
                 parts.append(self.hash_rows(ctx, fields).hashes)
             start += table.num_rows
         return np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)

@@ -27,9 +27,9 @@ import re
 
 import pyarrow as pa
 
-from cleanpipe.stages._byte_scan import ByteScan
-from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages.base import Action, ExampleCount, TextResult, TextStage
+from cleanpipe.contract.stage import Action, ExampleCount, TextResult, TextStage
+from cleanpipe.text.byte_scan import ByteScan
+from cleanpipe.text.rules import Rule, RuleSet, cls, expand
 
 _ZW = (0x200B, 0x2060, 0x180E)
 _BIDI = (0x200E, 0x200F, 0x061C, (0x202A, 0x202E), (0x2066, 0x2069))

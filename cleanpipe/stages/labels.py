@@ -24,16 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
-from cleanpipe.stages import published as pub
-from cleanpipe.stages._columns import typed_nulls
-from cleanpipe.stages.base import (
-    Action,
-    BatchContext,
-    BatchResult,
-    BatchStage,
-    Findings,
-    StageError,
-)
+from cleanpipe.columns import typed_nulls
+from cleanpipe.contract import published as pub
+from cleanpipe.contract.batch_context import BatchContext
+from cleanpipe.contract.findings import Action, BatchResult, Findings
+from cleanpipe.contract.stage import BatchStage, StageError
 
 
 def load_label_file(path: str | Path, key: str = "label") -> list[Any]:

@@ -9,12 +9,14 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from cleanpipe.dedup import bands, cluster, external, kernels, part_kernels
-from cleanpipe.dedup.decisions import (
+from cleanpipe.contract.decided import DecidedFromTable
+from cleanpipe.contract.decisions import (
     DECISIONS,
     decisions_table,
     reference_name,
 )
+from cleanpipe.contract.stage import Action, BatchContext, GlobalStage
+from cleanpipe.dedup import bands, cluster, external, kernels, part_kernels
 from cleanpipe.dedup.minhash import (
     HashName,
     Scheme,
@@ -27,9 +29,8 @@ from cleanpipe.dedup.parts import Parts, PartsMode, difference_windows, part_tex
 from cleanpipe.dedup.reference import load_reference, table_batches
 from cleanpipe.dedup.rows import RowBook, lengths_and_texts, snippet_of
 from cleanpipe.dedup.text import UnicodeForm, buffers, normalize, row_texts, shingle_modes
-from cleanpipe.engine.memory import release_free_memory
-from cleanpipe.stages._decided import DecidedFromTable
-from cleanpipe.stages.base import Action, BatchContext, GlobalStage
+from cleanpipe.fields import string_columns
+from cleanpipe.memory import release_free_memory
 
 
 @dataclass
@@ -295,20 +296,6 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
                                   prepared.set_off, prepared.lengths, row_ids,
                                   prepared.snippets)
 
-    def band_key_rows(self, prepared: _Sketch, seq: np.ndarray) -> pa.Table:
-        """``(band, key, seq)`` rows of a prepared batch: rows sharing ``(band, key)`` are
-        LSH candidates.
-
-            >>> import numpy as np, pyarrow as pa
-            >>> st = MinHashDedup(fields=["t"], bands=2, rows=4, num_perm=8)
-            >>> b = pa.record_batch({"t": ["one two three four five six", ""]})
-            >>> sk = st.prepare(b, BatchContext(b, ["t"]))
-            >>> t = st.band_key_rows(sk, np.array([40, 41]))
-            >>> t.column("band").to_pylist(), t.column("seq").to_pylist()
-            ([0, 1], [40, 40])
-        """
-        return bands.band_rows(self.sketch_rows(prepared, seq))
-
     # -- main process ------------------------------------------------------------------
     def observe(self, prepared: _Sketch, seq: np.ndarray, batch: pa.RecordBatch,
                 ctx: BatchContext) -> None:
@@ -342,9 +329,7 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
             ref_name, table = load_reference(item)
             fields = self.reference_fields or self.fields
             for rb in table_batches(table):
-                ctx = BatchContext(rb, fields or [f.name for f in rb.schema
-                                                  if pa.types.is_string(f.type)
-                                                  or pa.types.is_large_string(f.type)])
+                ctx = BatchContext(rb, fields or string_columns(rb.schema))
                 sk = self.sketch(rb, ctx, fields)
                 if training_parts is not None and sk.parts != training_parts:
                     raise ValueError(

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import field_validator
 
-from cleanpipe.stages._columns import typed_nulls
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, BatchStage, Findings
+from cleanpipe.columns import typed_nulls
+from cleanpipe.contract.stage import Action, BatchContext, BatchResult, BatchStage, Findings
 
 #: what Arrow's string-to-float cast reads: decimal and exponent forms, nan, inf, infinity
 _NUMBER = r"(?i)^[+-]?(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|nan|inf|infinity)$"

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr, field_validator
 
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings, GlobalStage
+from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings, GlobalStage
 
 _CLASSES = {"letter_ratio": r"\p{L}", "digit_ratio": r"\p{Nd}", "space_ratio": r"\s",
             "symbol_ratio": r"[\p{P}\p{S}]"}

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import AfterValidator, Field
 
-from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+from cleanpipe.contract.stage import Action, Findings, TextResult, TextStage
 
 
 def _check_re2(pattern: str) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, BatchStage, Findings
+from cleanpipe.contract.stage import Action, BatchContext, BatchResult, BatchStage, Findings
 from cleanpipe.templating.chat import KNOWN_ROLES, SHAREGPT_ROLES
 
 _TYPES = {

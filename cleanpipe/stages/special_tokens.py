@@ -10,9 +10,17 @@ import numpy as np
 import pyarrow as pa
 from pydantic import PrivateAttr, model_validator
 
-from cleanpipe.stages import published as pub
-from cleanpipe.stages._text_util import examples, put, regex_mask
-from cleanpipe.stages._token_scan import (
+from cleanpipe.contract import published as pub
+from cleanpipe.contract.stage import (
+    Action,
+    ExampleCount,
+    Findings,
+    StageError,
+    TextResult,
+    TextStage,
+)
+from cleanpipe.text.arrays import examples, put, regex_mask
+from cleanpipe.text.token_scan import (
     alternation,
     can_scan_once,
     scan_each,
@@ -20,7 +28,6 @@ from cleanpipe.stages._token_scan import (
     strip_each,
     strip_once,
 )
-from cleanpipe.stages.base import Action, ExampleCount, Findings, StageError, TextResult, TextStage
 
 
 def tokenizer_tokens(path: str | Path, include: str = "special") -> list[str]:

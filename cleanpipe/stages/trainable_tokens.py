@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from cleanpipe.stages import published as pub
-from cleanpipe.stages.base import Action, BatchContext, BatchResult, Findings
+from cleanpipe.contract import published as pub
+from cleanpipe.contract.sequence_stage import SequenceStage
+from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings
 from cleanpipe.templating.sequences import supervised_counts
-from cleanpipe.templating.stage import SequenceStage
 
 
 class TrainableTokens(SequenceStage):

@@ -7,7 +7,7 @@ a second ``fix_text`` may find more to fix (``"&ap;\r<b>"``: the ``<`` turns off
 decoding for the one line, the next pass sees two lines and decodes ``&ap;``). There the stage
 applies ftfy again until the text stops changing, so that running the stage twice gives what
 running it once gave (a cleaned dataset can be cleaned again without new findings). Most strings
-cannot be changed by ftfy at all; :mod:`cleanpipe.stages._text_ftfy_safe` proves that for
+cannot be changed by ftfy at all; :mod:`cleanpipe.text.ftfy_safe` proves that for
 whole arrays with one RE2 pass, and only the rest goes through ftfy (in the engine's worker
 processes, so in parallel across batches).
 """
@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from cleanpipe.stages._text_ftfy_safe import needs_ftfy_regex
-from cleanpipe.stages._text_util import examples, put, regex_mask
-from cleanpipe.stages.base import Action, ExampleCount, Findings, TextResult, TextStage
+from cleanpipe.contract.stage import Action, ExampleCount, Findings, TextResult, TextStage
+from cleanpipe.text.arrays import examples, put, regex_mask
+from cleanpipe.text.ftfy_safe import needs_ftfy_regex
 
 #: One report code per ftfy fix, so rows are counted by the fix that changed them.
 FIX_CODES = (

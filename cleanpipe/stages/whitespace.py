@@ -32,9 +32,9 @@ import functools
 
 import pyarrow as pa
 
-from cleanpipe.stages._byte_scan import ByteScan
-from cleanpipe.stages._text_rules import Rule, RuleSet, cls, expand
-from cleanpipe.stages.base import Action, ExampleCount, TextResult, TextStage
+from cleanpipe.contract.stage import Action, ExampleCount, TextResult, TextStage
+from cleanpipe.text.byte_scan import ByteScan
+from cleanpipe.text.rules import Rule, RuleSet, cls, expand
 
 _UNUSUAL = (0xA0, 0x1680, (0x2000, 0x200A), 0x202F, 0x205F)
 

@@ -1,4 +1,5 @@
-"""Small helpers shared by the text repair stages: example snippets and code-point labels."""
+"""Small helpers over Arrow string arrays shared by the text stages: RE2 masks, writes at
+positions, before/after example snippets and code-point labels."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import PrivateAttr
 
-from cleanpipe.stages.base import BatchStage, StageError
+from cleanpipe.contract.stage import BatchStage, StageError
 from cleanpipe.templating.chat import ChatTemplate
 from cleanpipe.templating.sequences import (
     Rendered,

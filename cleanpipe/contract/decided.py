@@ -2,7 +2,7 @@
 table, which either the stage's own state or a distributed engine computed.
 
     >>> from cleanpipe.stages.exact_dedup import ExactDedup
-    >>> from cleanpipe.dedup.decisions import decisions_table
+    >>> from cleanpipe.contract.decisions import decisions_table
     >>> t = decisions_table(np.array([4]), ["exact_duplicate"], ["duplicate of row f:1"])
     >>> stage = ExactDedup().with_decisions(t)
     >>> res = stage.decide(pa.record_batch({"text": ["a", "a"]}), np.array([3, 4]), None)
@@ -19,8 +19,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from cleanpipe.dedup.decisions import decisions_at
-from cleanpipe.stages.base import BatchResult, Findings
+from cleanpipe.contract.decisions import decisions_at
+from cleanpipe.contract.stage import BatchResult, Findings
 
 _S = TypeVar("_S", bound="DecidedFromTable")
 

@@ -4,7 +4,7 @@ A stage is a list of :class:`Rule` s: a reason code, an RE2 pattern that finds i
 rewrite that fixes it. Rules whose code is configured as ``fix`` rewrite in order; the others
 only record findings.
 
-Finding the candidates: with a :class:`~cleanpipe.stages._byte_scan.ByteScan` (every stage
+Finding the candidates: with a :class:`~cleanpipe.text.byte_scan.ByteScan` (every stage
 has one), one compiled pass over the UTF-8 bytes gives each string a bit per rule; each rule
 then runs on its own candidates only, RE2 confirms where the bit is only a superset, strings
 a fix changed are scanned again, and a final trim rule that most strings need alone runs
@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.stages._byte_scan import ByteScan
-from cleanpipe.stages._text_util import cp_label, examples, put, regex_mask
-from cleanpipe.stages.base import Action, Findings, TextResult
+from cleanpipe.contract.stage import Action, Findings, TextResult
+from cleanpipe.text.arrays import cp_label, examples, put, regex_mask
+from cleanpipe.text.byte_scan import ByteScan
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Using one stage outside a pipeline: on a str, a list, an Arrow array, a polars Series,
 a pyarrow Table/RecordBatch, a polars DataFrame or a ``dict`` batch (``datasets.map``).
 
-    >>> from cleanpipe.stages.base import Action, Findings, TextResult, TextStage
+    >>> from cleanpipe.contract.stage import Action, Findings, TextResult, TextStage
     >>> import pyarrow as pa, pyarrow.compute as pc
     >>> class Upper(TextStage):
     ...     name = "upper_doc"
@@ -21,24 +21,29 @@ batch at a time, so it refuses there; call it on the whole ``Dataset`` instead.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from cleanpipe.fields import discover_text_fields, flatten_field, rebuild_field
+from cleanpipe.contract.batch_context import BatchContext
+from cleanpipe.contract.findings import Action, Findings
+from cleanpipe.contract.text_fields import run_text_stage
+from cleanpipe.errors import CleanpipeError
+from cleanpipe.fields import discover_text_fields
 
 if TYPE_CHECKING:
-    from cleanpipe.stages.base import BatchStage, Findings, GlobalStage, TextStage
+    from cleanpipe.contract.stage import BatchStage, GlobalStage, TextStage
 
 
 
-class WholeDatasetRequired(TypeError):
+class WholeDatasetRequired(CleanpipeError, TypeError):
     """A global stage was called on one batch of a ``datasets`` dataset (``Dataset.map``)."""
 
 
-class RowWouldBeDropped(ValueError):
+class RowWouldBeDropped(CleanpipeError, ValueError):
     """An unbatched ``Dataset.map`` cannot remove the row a stage drops."""
 
 
@@ -50,12 +55,15 @@ def _map_piece(data: Any) -> str | None:
     return "row" if type(data).__name__ == "LazyRow" else "batch"
 
 
+def _loaded(module: str) -> Any:
+    """``module`` if something imported it already, else None: a value cannot be a polars or
+    ``datasets`` object unless its library is loaded, and importing one costs seconds."""
+    return sys.modules.get(module)
+
+
 def _is_dataset(data: Any) -> bool:
-    try:
-        import datasets
-    except ImportError:  # pragma: no cover - datasets is a dependency
-        return False
-    return isinstance(data, datasets.Dataset)
+    datasets = _loaded("datasets")
+    return datasets is not None and isinstance(data, datasets.Dataset)
 
 
 def _to_string_array(data: Any) -> pa.Array:
@@ -63,40 +71,14 @@ def _to_string_array(data: Any) -> pa.Array:
     return arr
 
 
-def _polars() -> Any:
-    try:
-        import polars as pl
-    except ImportError:  # pragma: no cover - polars is a dependency
-        return None
-    return pl
-
-
-def run_text_stage_on_batch(stage: TextStage, batch: pa.RecordBatch,
-                            fields: list[str]) -> tuple[pa.RecordBatch, Findings]:
-    """Apply a text stage to ``fields`` of ``batch``; findings positions are batch rows."""
-    from cleanpipe.stages.base import Findings
-
-    stage.setup()
-    found = Findings(stage.name)
-    for f in stage.fields or fields:
-        values, rows = flatten_field(batch, f)
-        res = stage.transform(values)
-        if res.texts is not values:
-            batch = rebuild_field(batch, f, res.texts)
-        found.extend(res.findings.with_field(f), position_map=rows)
-    return batch, found
-
-
 def _drop_mask(findings: Findings, n: int) -> np.ndarray:
-    from cleanpipe.stages.base import Action
-
     keep = np.ones(n, dtype=bool)
     keep[findings.positions(Action.DROP)] = False
     return keep
 
 
 def _batch_from(data: Any) -> tuple[pa.RecordBatch, str]:
-    pl = _polars()
+    pl = _loaded("polars")
     if _is_dataset(data):
         return _batch_from(data.with_format("arrow")[:])[0], "dataset"
     if _map_piece(data) == "row":
@@ -131,14 +113,15 @@ def _back(batch: pa.RecordBatch, kind: str, original: Any = None) -> Any:
     if kind == "table":
         return pa.Table.from_batches([batch])
     if kind == "polars":
-        pl = _polars()
+        import polars as pl
+
         return pl.from_arrow(pa.Table.from_batches([batch]))
     return batch.to_pydict()
 
 
 def apply_text_stage(stage: TextStage, data: Any) -> Any:
     """See the module docstring; rows with a ``drop`` finding are removed from tables."""
-    pl = _polars()
+    pl = _loaded("polars")
     stage.setup()
     if isinstance(data, str):
         return stage.transform(pa.array([data], pa.large_string())).texts[0].as_py()
@@ -152,15 +135,12 @@ def apply_text_stage(stage: TextStage, data: Any) -> Any:
         arr = data.to_arrow()
         return pl.Series(data.name, stage.transform(arr).texts)
     batch, kind = _batch_from(data)
-    fields = stage.fields or discover_text_fields(batch.schema)
-    batch, found = run_text_stage_on_batch(stage, batch, fields)
+    batch, found, _ = run_text_stage(stage, batch, discover_text_fields(batch.schema))
     return _back(batch.filter(pa.array(_drop_mask(found, batch.num_rows))), kind, data)
 
 
 def apply_batch_stage(stage: BatchStage, data: Any) -> Any:
     """Run a batch stage on a table-like value; rows it drops are removed."""
-    from cleanpipe.stages.base import BatchContext
-
     stage.setup()
     batch, kind = _batch_from(data)
     ctx = BatchContext(batch, discover_text_fields(batch.schema))
@@ -172,8 +152,6 @@ def apply_batch_stage(stage: BatchStage, data: Any) -> Any:
 def apply_global_stage(stage: GlobalStage, data: Any) -> Any:
     """Run a global stage (e.g. dedup) on an in-memory table-like value or a whole
     ``datasets.Dataset``; refuses one batch or row of a ``Dataset.map``."""
-    from cleanpipe.stages.base import BatchContext
-
     if _map_piece(data) is not None:
         cls = type(stage).__name__
         raise WholeDatasetRequired(

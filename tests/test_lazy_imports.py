@@ -1,0 +1,70 @@
+"""Importing cleanpipe, or one stage, loads only what that stage needs.
+
+Each check runs in a fresh interpreter (this one has imported everything already) and reads
+``sys.modules`` after the import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cleanpipe.stages import CLASS_MODULES
+from cleanpipe.stages.registry import stage_classes, stage_modules
+
+REPO = Path(__file__).resolve().parent.parent
+#: libraries (and cleanpipe's dedup package) a text stage has no use for
+HEAVY = ("numba", "tokenizers", "polars", "datasets", "cleanpipe.dedup")
+
+
+def loaded_after(statement: str) -> list[str]:
+    """The modules of :data:`HEAVY` that ``statement`` loads in a fresh interpreter."""
+    code = (f"{statement}\nimport json, sys\n"
+            f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=REPO, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("statement", [
+    "import cleanpipe",
+    "from cleanpipe.stages import Whitespace",
+    "from cleanpipe.stages import UnicodeFix, ControlChars, InvisibleChars",
+    "from cleanpipe.stages import Whitespace; Whitespace()",
+])
+def test_text_stages_load_no_heavy_library(statement):
+    assert loaded_after(statement) == []
+
+
+def test_a_stage_still_loads_what_it_needs():
+    """The check above can fail: a dedup stage does load numba and cleanpipe.dedup."""
+    assert {"numba", "cleanpipe.dedup"} <= set(
+        loaded_after("from cleanpipe.stages import MinHashDedup"))
+
+
+def test_class_table_names_every_stage():
+    """``from cleanpipe.stages import X`` imports X's module alone only if the table knows X;
+    config files find stages by their module, named after the stage."""
+    classes = stage_classes()
+    assert {cls.__name__: cls.__module__.rpartition(".")[2] for cls in classes.values()} == \
+        CLASS_MODULES
+    assert sorted(classes) == stage_modules()
+
+
+def test_probing_the_package_imports_no_stage():
+    """Tools look for attributes such as ``__wrapped__``: that must not import every stage."""
+    assert loaded_after("import cleanpipe.stages as s; hasattr(s, '__wrapped__')") == []
+
+
+def test_every_stage_importable_by_class_name():
+    import cleanpipe.stages as stages
+
+    for cls in stage_classes().values():
+        assert getattr(stages, cls.__name__) is cls
