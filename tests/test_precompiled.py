@@ -21,6 +21,7 @@ from cleanpipe import precompiled
 from cleanpipe.dedup import kernels, part_kernels
 from cleanpipe.dedup.minhash import permutations
 from cleanpipe.dedup.text import buffers, normalize, shingle_modes
+from cleanpipe.text import byte_kernels
 from cleanpipe.text.byte_scan import ByteScan
 from tests._robust_helpers import cli, output_files, stable_report
 from tests.conftest import realdata
@@ -131,7 +132,8 @@ def _scans(texts: list[str | None], monkeypatch: pytest.MonkeyPatch) -> dict[str
 
 
 def test_every_marked_kernel_is_exported(twins: object) -> None:
-    for k in (kernels.xxh32_shingles, kernels.minhash_signatures, part_kernels.pair_similarity):
+    for k in (kernels.xxh32_shingles, kernels.minhash_signatures, part_kernels.pair_similarity,
+              byte_kernels.scan):
         assert all(hasattr(twins, name) for name in k.twin_names())
     assert {"kernels__union_find", "byte_kernels__scan"} <= set(precompiled._KERNELS)
 
