@@ -22,11 +22,29 @@ $(BASE): pyproject.toml
 # pulls a multi-GB CUDA build); installed first so the `smoke` extra finds it satisfied.
 $(FULL): pyproject.toml $(BASE)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,ray,smoke]"
+	$(PY) -m pip install -q -e ".[dev,ray,smoke,trainers]"
 	touch $(FULL)
 
 $(PRECOMPILED): $(BASE) $(KERNELS)
 	$(PY) -m cleanpipe.precompiled
+
+# LLaMA-Factory for the trainer-profile comparison (tests/test_trainer_profiles.py): its pins
+# (torch, transformers, datasets, trl) conflict with ours, so it gets its own venv that sees
+# .venv's packages through a .pth file and adds only what its supervised-processor import
+# path needs, installed without dependencies (a few seconds, ~5 MB).
+LF_VENV := .venv-llamafactory
+LF := $(LF_VENV)/.installed
+
+$(LF): $(FULL)
+	test -x $(LF_VENV)/bin/python || $(PYTHON) -m venv --without-pip $(LF_VENV)
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+	  "$$($(LF_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/project-venv.pth"
+	$(PY) -m pip --python $(LF_VENV)/bin/python install -q --no-deps llamafactory==0.9.5 peft==0.18.1 \
+	  omegaconf==2.4.0 antlr4-python3-runtime==4.13.2
+	touch $(LF)
+
+$(LF_VENV): $(LF)
+
 
 setup: $(FULL) $(PRECOMPILED)
 
@@ -36,12 +54,12 @@ demo: $(BASE) $(PRECOMPILED)
 # lint first (seconds); pytest's summary line counts the skips (tests/conftest.py adds a
 # "skips:" line; with CI=true any skip off tests/allowed_skips.txt fails the run); then the
 # wall time of it all
-test: $(FULL) $(PRECOMPILED) lint
+test: $(FULL) $(LF) $(PRECOMPILED) lint
 	@start=$$(date +%s); status=0; \
 	$(PY) -m pytest -m "not slow" --durations=15 cleanpipe tests || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s"; exit $$status
 
-test-slow: $(FULL)
+test-slow: $(FULL) $(LF)
 	@start=$$(date +%s); status=0; \
 	$(PY) -m pytest -m slow tests || status=$$?; \
 	echo "make test-slow: wall time $$(( $$(date +%s) - start )) s"; exit $$status
@@ -59,4 +77,4 @@ bench: $(FULL)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) out build *.egg-info
+	rm -rf $(VENV) $(LF_VENV) out build *.egg-info

@@ -23,71 +23,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from cleanpipe.contract.stage import Stage
-from cleanpipe.engine.local import RunState, Sinks, execute
+from cleanpipe.engine.core import EngineRun, RunState, Sinks
+from cleanpipe.engine.local import execute
 from cleanpipe.engine.progress import Progress
-from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.gate import GateConfig, evaluate
 from cleanpipe.io.filesystems import is_uri, redact
+from cleanpipe.io.output_folder import InMemory, OutputFolder, empty_quarantine, kept_schema
 from cleanpipe.io.output_guard import check_no_overlap
 from cleanpipe.io.uri_output import output_dir, write_dir_to
-from cleanpipe.io.writers import (
-    FixedGroupWriter,
-    OutputError,
-    PartWriter,
-    dataset_card,
-    write_hf_dataset,
-)
+from cleanpipe.io.writers import OutputError
 from cleanpipe.report.build import build_report
 from cleanpipe.result import CleanReport, CleanResult, as_dataset, like_input, unified_table
 from cleanpipe.spec import PipelineSpec, load_spec, spec_from_dict
-
-EVENTS_SCHEMA = pa.schema([
-    ("row_id", pa.string()), ("seq", pa.int64()), ("stage", pa.string()), ("code", pa.string()),
-    ("action", pa.string()), ("field", pa.string()), ("detail", pa.string()),
-])
-
-
-def quarantine_batch(q: QuarantineRows) -> pa.RecordBatch:
-    """Dropped rows as read, plus row id, dropping stage, reason codes, details, raw text."""
-    n = len(q.row_ids)
-    meta = {
-        "_cleanpipe_row_id": pa.array(q.row_ids, pa.string()),
-        "_cleanpipe_stage": pa.array([q.stage] * n, pa.string()),
-        "_cleanpipe_reasons": pa.array(q.reasons, pa.list_(pa.string())),
-        "_cleanpipe_details": pa.array(q.details, pa.list_(pa.string())),
-        "_cleanpipe_raw": pa.array(q.raw if q.raw else [None] * n, pa.string()),
-    }
-    if q.orig is None:
-        return pa.RecordBatch.from_pydict(meta)
-    cols = list(q.orig.columns) + list(meta.values())
-    names = list(q.orig.schema.names) + list(meta)
-    return pa.RecordBatch.from_arrays(cols, names=names)
-
-
-def empty_quarantine() -> pa.RecordBatch:
-    """A quarantine batch with no rows: the schema of a quarantine with nothing in it."""
-    return quarantine_batch(QuarantineRows(None, [], np.zeros(0, np.int64), "", [], []))
-
-
-def kept_batch(rows: Rows, flag_column: str | None) -> pa.RecordBatch:
-    """Kept rows as written: with ``flag_column`` (the row's flag codes) when configured."""
-    if not flag_column:
-        return rows.data
-    flags = rows.flags if rows.flags is not None else np.empty(rows.num_rows, dtype=object)
-    arr = pa.array([f if f is not None else [] for f in flags.tolist()], pa.list_(pa.string()))
-    return rows.data.append_column(flag_column, arr)
-
-
-def _kept_schema(input_schema: pa.Schema | None, flag_column: str | None) -> pa.Schema | None:
-    """The schema of an empty result: the input's, plus the flag column when configured."""
-    if input_schema is not None and flag_column:
-        return input_schema.append(pa.field(flag_column, pa.list_(pa.string())))
-    return input_schema
 
 
 class Pipeline:
@@ -146,7 +96,7 @@ class Pipeline:
         return self.spec.model_copy(update={k: v for k, v in update.items() if v is not None})
 
     @staticmethod
-    def _executor(spec: PipelineSpec) -> Callable[..., Iterator[Rows]]:
+    def _executor(spec: PipelineSpec) -> Callable[..., EngineRun]:
         """The run function of ``spec.engine`` (:func:`cleanpipe.engine.local.execute`'s
         signature)."""
         if spec.engine == "ray":
@@ -159,14 +109,10 @@ class Pipeline:
                      engine: str | None = None) -> Iterator[pa.RecordBatch]:
         """Cleaned record batches in input order; nothing is written."""
         spec = self._spec_for(engine, None)
-        gen = self._executor(spec)(spec, self._source(input), Sinks(), workers=workers)
-        while True:
-            try:
-                rows = next(gen)
-            except StopIteration as stop:
-                self.last_state = stop.value
-                return
+        run = self._executor(spec)(spec, self._source(input), Sinks(), workers=workers)
+        for rows in run:
             yield rows.data
+        self.last_state = run.state
 
     def check(self, input: Any = None, *, workers: int | None = None,
               progress: bool = False, engine: str | None = None) -> dict[str, Any]:
@@ -188,16 +134,15 @@ class Pipeline:
         """
         source = self._source(input)
         flag_col = self.spec.output.flag_column
-        kept: list[pa.RecordBatch] = []
-        dropped: list[pa.RecordBatch] = []
-        sinks = Sinks(kept=lambda rows: kept.append(kept_batch(rows, flag_col)),
-                      quarantine=lambda q: dropped.append(quarantine_batch(q)))
+        memory = InMemory(flag_col)
+        sinks = Sinks(kept=memory.kept, quarantine=memory.quarantine)
         spec = self._spec_for(engine, address)
-        state = self._drain(self._executor(spec)(
-            spec, source, sinks, workers=workers, progress=Progress(enabled=progress)))
+        state = self._executor(spec)(spec, source, sinks, workers=workers,
+                                     progress=Progress(enabled=progress)).finish()
         report = self._report(state, source, None, False, spec)
-        data = unified_table(kept, _kept_schema(state.input_schema, flag_col))
-        quarantine = as_dataset(unified_table(dropped, empty_quarantine().schema))
+        data = unified_table(memory.kept_batches, kept_schema(state.input_schema, flag_col))
+        quarantine = as_dataset(unified_table(memory.dropped_batches,
+                                              empty_quarantine().schema))
         return CleanResult(like_input(data, input), CleanReport(report, quarantine))
 
     def run(self, input: Any = None, output: str | Path | None = None, *,
@@ -213,63 +158,26 @@ class Pipeline:
         spec = self._spec_for(engine, address)
         run_exec = self._executor(spec)
         source = self._source(input)
-        out = output if output is not None else None
+        out = output
         prog = Progress(enabled=progress)
         if out is None:
-            state = self._drain(run_exec(spec, source, Sinks(), workers=workers,
-                                        progress=prog))
+            state = run_exec(spec, source, Sinks(), workers=workers, progress=prog).finish()
             report = self._report(state, source, None, False, spec)
             if report_dir is not None:
                 _write_report_dir(report, report_dir)
             return report
         check_no_overlap(out, source)
         atomic = output_dir(out, overwrite=overwrite)
+        o = self.spec.output
         try:
             with atomic as tmp:
-                fmt = self.spec.output.format
-                data_dir = tmp / "data"
-                parts_dir = tmp / ".hf-parts" if fmt == "hf" else data_dir
-                data_w = PartWriter(parts_dir, "train", "jsonl" if fmt == "jsonl" else "parquet",
-                                    self.spec.output.rows_per_part)
-                # same format as the data: datasets reads one format per dataset card
-                q_w = PartWriter(tmp / "quarantine", "quarantine",
-                                 "jsonl" if fmt == "jsonl" else "parquet")
-                events_w: FixedGroupWriter | None = None
-                flag_col = self.spec.output.flag_column
-
-                def kept(rows: Rows) -> None:
-                    data_w.write(kept_batch(rows, flag_col), rows.shard)
-
-                def quarantine(q: QuarantineRows) -> None:
-                    q_w.write(quarantine_batch(q), q.stage)
-
-                def events(t: pa.Table) -> None:
-                    nonlocal events_w
-                    if events_w is None:
-                        events_w = FixedGroupWriter(tmp / "events.parquet", EVENTS_SCHEMA,
-                                                    compression="zstd")
-                    events_w.write_table(t.cast(EVENTS_SCHEMA))
-
-                sinks = Sinks(kept=kept, quarantine=quarantine,
-                              events=events if self.spec.output.events else None)
-                state = self._drain(run_exec(spec, source, sinks, workers=workers,
-                                             progress=prog, tmp_dir=tmp))
-                parts = data_w.close(_kept_schema(state.input_schema, flag_col))
-                q_parts = q_w.close(empty_quarantine().schema)
-                if events_w is not None:
-                    events_w.close()
-                elif self.spec.output.events:
-                    pq.write_table(EVENTS_SCHEMA.empty_table(), tmp / "events.parquet")
-                if fmt == "hf":
-                    write_hf_dataset(parts, data_dir)
-                    for p in parts:
-                        p.unlink()
-                    parts_dir.rmdir()
-                ext = "jsonl" if fmt == "jsonl" else "parquet"
-                if fmt != "hf":
-                    (tmp / "README.md").write_text(
-                        dataset_card(f"data/*.{ext}", f"quarantine/*.{ext}", data_w.schema,
-                                     q_w.schema if q_parts else None), encoding="utf-8")
+                folder = OutputFolder(tmp, fmt=o.format, rows_per_part=o.rows_per_part,
+                                      flag_column=o.flag_column, events=o.events)
+                sinks = Sinks(kept=folder.kept, quarantine=folder.quarantine,
+                              events=folder.events_sink)
+                state = run_exec(spec, source, sinks, workers=workers, progress=prog,
+                                 tmp_dir=tmp).finish()
+                folder.close(state.input_schema)
                 report = self._report(state, source, redact(os.fspath(out)), True, spec)
                 _write_reports(report, tmp)
                 atomic.commit()
@@ -278,14 +186,6 @@ class Pipeline:
         if report_dir is not None:
             _write_report_dir(report, report_dir)
         return report
-
-    @staticmethod
-    def _drain(gen: Iterator[Rows]) -> RunState:
-        while True:
-            try:
-                next(gen)
-            except StopIteration as stop:
-                return stop.value
 
     def _report(self, state: RunState, source: Any, output: str | None,
                 written: bool, spec: PipelineSpec | None = None) -> dict[str, Any]:

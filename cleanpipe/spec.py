@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cleanpipe.contract.stage import Stage
 from cleanpipe.errors import CleanpipeError
@@ -32,6 +32,7 @@ from cleanpipe.gate import GateConfig
 from cleanpipe.limits import MAX_BATCH_SIZE, MAX_ROWS_PER_PART, MAX_WORKERS, MAX_YAML_BYTES
 from cleanpipe.spec_yaml import YamlLimitError, key_path_text, read_yaml
 from cleanpipe.stage_order import StageOrderError, check_stage_order
+from cleanpipe.templating.profiles import Profile, describe_trainer, parse_trainer
 
 
 class ConfigError(CleanpipeError):
@@ -90,15 +91,27 @@ class PipelineSpec(BaseModel):
     """Worker processes (default: all cores): changes speed, never the output."""
     engine: Literal["local", "ray"] = "local"
     ray_address: str | None = None
+    trainer: Profile | None = None
+    """The trainer that will read the output (``trl``, ``llamafactory``, ``axolotl``,
+    ``plain``, or a mapping with ``name:`` and its options): the length and trainable-token
+    stages follow its template, truncation and loss masking unless they set their own."""
     stages: list[Any] = []
     gate: Any = None
     #: the file it came from (for messages)
     source: str | None = None
 
+    @field_validator("trainer", mode="before")
+    @classmethod
+    def _parse_trainer(cls, value: Any) -> Any:
+        return None if value is None else parse_trainer(value)
+
     def config_dict(self) -> dict[str, Any]:
         """The pipeline as plain data, as the report stores it: everything but the
         :data:`EXECUTION_KEYS` (the report records those with its timings)."""
-        d = self.model_dump(mode="json", exclude={"stages", "gate", "source", *EXECUTION_KEYS})
+        d = self.model_dump(mode="json", exclude={"stages", "gate", "source", "trainer",
+                                                  *EXECUTION_KEYS})
+        if self.trainer is not None:  # absent otherwise: older pipelines keep their hash
+            d["trainer"] = describe_trainer(self.trainer)
         d["stages"] = [{"stage": s.name, **s.describe()} for s in self.stages]
         g = self.gate
         d["gate"] = g.model_dump(mode="json") if hasattr(g, "model_dump") else g
@@ -213,6 +226,20 @@ def build_stage(entry: Any, index: int, source: str | None = None,
         raise  # pragma: no cover
 
 
+def _with_trainer(entry: Any, trainer: Any) -> Any:
+    """A stage entry with the pipeline's ``trainer:`` added, for stages that follow one and
+    do not set their own."""
+    from cleanpipe.contract.sequence_stage import SequenceStage
+    from cleanpipe.stages.registry import get_stage_class
+
+    if not isinstance(entry, dict) or "trainer" in entry:
+        return entry
+    cls = get_stage_class(str(entry.get("stage")))
+    if cls is None or not issubclass(cls, SequenceStage):
+        return entry
+    return {**entry, "trainer": trainer}
+
+
 def spec_from_dict(data: Any, source: str | None = None,
                    lines: dict[tuple[Any, ...], int] | None = None) -> PipelineSpec:
     """A validated pipeline from plain data; ``lines`` (key path -> line, as
@@ -233,6 +260,8 @@ def spec_from_dict(data: Any, source: str | None = None,
     except ValidationError as err:
         _raise_validation(err, PipelineSpec, (), source, lines)
         raise  # pragma: no cover
+    if data.get("trainer") is not None:
+        raw_stages = [_with_trainer(e, data["trainer"]) for e in raw_stages]
     spec.stages = [build_stage(e, i, source, lines) for i, e in enumerate(raw_stages)]
     try:
         check_stage_order(spec.stages)

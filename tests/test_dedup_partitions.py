@@ -211,6 +211,25 @@ def test_distributed_parts_match_in_memory(keep: str) -> None:
     assert any(d["part"] == "prompt" for m in members for d in m["differences"])
 
 
+class _UnknownGrouping(MinHashDedup):
+    name = "_test_unknown_grouping"
+
+    def distributed_grouping(self) -> str:
+        return "a grouping no engine has"
+
+
+def test_grouping_is_found_by_the_name_the_stage_declares() -> None:
+    """The Ray engine picks a stage's grouping by the name the stage declares, not by its
+    class; a stage declaring none, or one the engine lacks, observes and finalizes on the
+    driver."""
+    from cleanpipe.stages.exact_dedup import ExactDedup
+
+    assert type(ray_dedup.distributed(MinHashDedup(), FAKE_RAY, 2)) is ray_dedup.RayMinHash
+    assert type(ray_dedup.distributed(ExactDedup(), FAKE_RAY, 2)) is ray_dedup.RayExactDedup
+    assert ray_dedup.distributed(ExactDedup(label_field="label"), FAKE_RAY, 2) is None
+    assert ray_dedup.distributed(_UnknownGrouping(), FAKE_RAY, 2) is None
+
+
 def test_distributed_steps_on_empty_and_unique_input() -> None:
     for texts in ([""], ["alpha beta gamma delta epsilon", "one two three four five six"]):
         batches = _batches(texts, 10)

@@ -217,6 +217,25 @@ def test_global_stage_seconds_exclude_upstream_stages(corpus: Path, monkeypatch)
     assert booked == {"_test_slow": 6 * 1.0, "_test_slow_observe": 6 * 100.0}
 
 
+def test_engine_run_gives_its_state_once_the_rows_are_consumed(corpus: Path) -> None:
+    """``execute`` returns a run object, not a generator whose StopIteration carries the
+    state: the state is there after the last kept row, and not before."""
+    from cleanpipe.engine.core import Sinks
+    from cleanpipe.engine.local import execute
+
+    spec = Pipeline(stages=[Shout()], fields=["text"]).spec
+    kept: list[str] = []
+    run = execute(spec, corpus, Sinks(kept=lambda rows: kept.extend(rows.row_ids.to_pylist())),
+                  workers=1)
+    with pytest.raises(RuntimeError, match="not finished"):
+        run.state  # noqa: B018 - the property is what is tested
+    ids = [i for rows in run for i in rows.row_ids.to_pylist()]
+    assert ids == kept == ["a.jsonl:1", "a.jsonl:2", "c.jsonl:1", "c.jsonl:2", "d.jsonl:1"]
+    assert run.state.kept == 5 and run.state.quarantined == 2 and run.state.read == 7
+    again = execute(spec, corpus, Sinks(), workers=1).finish()
+    assert (again.kept, again.quarantined) == (5, 2)
+
+
 def test_generator_form(corpus: Path) -> None:
     p = Pipeline(stages=[Shout()], fields=["text"])
     texts = [t for b in p.iter_batches(corpus) for t in b.column("text").to_pylist()]

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from pydantic import PrivateAttr
 
 from cleanpipe import Pipeline
 from cleanpipe.contract.stage import (
@@ -21,11 +22,14 @@ from cleanpipe.contract.stage import (
     BatchResult,
     BatchStage,
     Findings,
+    GlobalStage,
     TextResult,
     TextStage,
 )
-from cleanpipe.engine.local import Sinks, execute
+from cleanpipe.engine.core import Sinks
+from cleanpipe.engine.local import execute
 from cleanpipe.engine.rows import QuarantineRows
+from cleanpipe.report import FILES
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from tests.conftest import realdata
@@ -67,6 +71,36 @@ class DropBlank(BatchStage):
         return BatchResult(batch, f)
 
 
+class DropLongest(GlobalStage):
+    """Drops the rows with the most characters of the whole input (a global stage with no
+    distributed grouping: it must run on Ray as it is, observed on the driver)."""
+
+    name = "_test_drop_longest"
+    codes = {"longest": Action.DROP}
+    _most: int = PrivateAttr(-1)
+
+    @staticmethod
+    def _lengths(batch: pa.RecordBatch) -> np.ndarray:
+        col = batch.column(batch.schema.get_field_index("text"))
+        return pc.fill_null(pc.utf8_length(col), 0).to_numpy()
+
+    def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> np.ndarray:
+        return self._lengths(batch)
+
+    def observe(self, prepared: np.ndarray, seq: np.ndarray, batch: pa.RecordBatch,
+                ctx: BatchContext) -> None:
+        self._most = max(self._most, int(prepared.max()))
+
+    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+        f = Findings(self.name)
+        hit = self._lengths(batch) == self._most
+        f.add(hit, "longest", self.action_of("longest"), detail=f"{self._most} characters")
+        return BatchResult(None, f, {"longest": int(hit.sum())})
+
+    def report_section(self) -> dict[str, Any]:
+        return {"most_characters": self._most}
+
+
 @pytest.fixture(scope="module")
 def cluster():
     # workers import this module to unpickle the test stages
@@ -86,14 +120,11 @@ def _collect(executor: Callable[..., Any], pipe: Pipeline, source: Any) -> dict[
                           zip(q.row_ids, q.reasons, strict=True))
 
     events: list[pa.Table] = []
-    gen = executor(pipe.spec, source, Sinks(quarantine=on_q, events=events.append))
+    run = executor(pipe.spec, source, Sinks(quarantine=on_q, events=events.append))
     kept: list[str] = []
-    while True:
-        try:
-            kept.extend(next(gen).row_ids.to_pylist())
-        except StopIteration as stop:
-            state = stop.value
-            break
+    for rows in run:
+        kept.extend(rows.row_ids.to_pylist())
+    state = run.state
     report = pipe._report(state, source, None, False)
     ev = pa.concat_tables(events).sort_by([("seq", "ascending"), ("stage", "ascending"),
                                            ("code", "ascending")]) if events else None
@@ -117,7 +148,8 @@ def _same(make: Callable[[], Pipeline], source: Any) -> dict[str, Any]:
     runs = len(ray_dedup.RUNS)
     distributed = _collect(execute_ray, make(), source)
     # the dedup stages grouped on the cluster, not on the driver
-    n_dedup = sum(isinstance(s, (MinHashDedup, ExactDedup)) for s in make().spec.stages)
+    n_dedup = sum(isinstance(s, GlobalStage) and s.distributed_grouping() is not None
+                  for s in make().spec.stages)
     assert len(ray_dedup.RUNS) == runs + n_dedup
     local["ray_runs"] = ray_dedup.RUNS[runs:]
     assert distributed["kept"] == local["kept"]
@@ -160,6 +192,35 @@ def test_dedup_without_rows_identical(cluster, tmp_path: Path) -> None:
     local = _same(_full(2), src)
     sections = [s["section"] for s in local["report"]["stages"] if s["name"].endswith("dedup")]
     assert len(sections) == 2 and all(s["rows"] == 0 for s in sections)
+
+
+def test_new_global_stage_runs_on_ray_unchanged_and_outputs_are_byte_identical(
+        cluster, tmp_path: Path) -> None:
+    """A global stage the Ray engine knows nothing of (no distributed grouping) runs there
+    through the stage contract alone, between the two dedup groupings; the output folders
+    of both engines are the same bytes, file for file."""
+    texts = ["short", "the longest row of this input", "mid size", "short", "",
+             "another row <|endoftext|>", "the longest row of this input", "mid size!"]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+
+    def make() -> Pipeline:
+        return Pipeline(stages=[StripEot(), ExactDedup(), DropLongest(),
+                                MinHashDedup(threshold=0.5, num_perm=64)], batch_size=3)
+
+    local = _same(make, src)
+    assert ("in.jsonl:2", "_test_drop_longest", ("longest",)) in local["quarantine"]
+    section = next(s["section"] for s in local["report"]["stages"]
+                   if s["name"] == "_test_drop_longest")
+    assert section == {"most_characters": len(texts[1])}
+    make().run(src, tmp_path / "local")
+    make().run(src, tmp_path / "ray", engine="ray")
+    reports = set(FILES.values())  # they hold timings and the engine's name
+    files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*")
+                   if p.is_file() and p.name not in reports)
+    assert {f.parts[0] for f in files} >= {"data", "quarantine", "events.parquet", "README.md"}
+    for f in files:
+        assert (tmp_path / "ray" / f).read_bytes() == (tmp_path / "local" / f).read_bytes(), f
 
 
 def test_run_on_ray_writes_same_outputs(cluster, tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ def test_s3_jsonl_in_parquet_out_same_as_local(s3: S3, tmp_path: Path, capsys) -
 
 def test_s3_text_shards_downloaded_once(s3: S3, tmp_path: Path, monkeypatch) -> None:
     """The fingerprint and the reader share one download of a remote JSONL shard."""
-    import cleanpipe.engine.local as local_engine
+    import cleanpipe.engine.reading as reading
     import cleanpipe.io.readers.opening as opening
 
     corpus = _corpus(tmp_path / "corpus")
@@ -139,10 +139,10 @@ def test_s3_text_shards_downloaded_once(s3: S3, tmp_path: Path, monkeypatch) -> 
         fetched.append(path)
         return real(fs, path)
 
-    real = local_engine.read_bytes
-    monkeypatch.setattr(local_engine, "read_bytes", counting)
+    real = reading.read_bytes
+    monkeypatch.setattr(reading, "read_bytes", counting)
     monkeypatch.setattr(opening, "read_bytes", counting)
-    monkeypatch.setattr(local_engine, "iter_blocks", lambda *a: pytest.fail("read twice"))
+    monkeypatch.setattr(reading, "iter_blocks", lambda *a: pytest.fail("read twice"))
     report = Pipeline(stages=[]).run(s3.uri(f"{prefix}/in"), None)
     assert sorted(fetched) == sorted(f"cleanpipe-test/{prefix}/in/{n}" for n in (
         "a/part-0.jsonl", "a-b/part-1.jsonl.gz", "empty.jsonl", "part-2.jsonl.zst"))

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cleanpipe.commands._data import add_sample_arguments
+from cleanpipe.contract.stage import StageError
 from cleanpipe.errors import ExitCode
 
 __all__ = ["SmokeResult", "build_sequences", "configured_tokenizer", "load_tokenizer", "register",
@@ -199,22 +200,52 @@ def _tokenize(table: pa.Table, tok: Tok, prompt_fields: list[str] | None,
                            eos_id=tok.eos_id if append_eos else None)
 
 
+def trainer_sequences(table: pa.Table, stage: Any) -> tuple[list[list[int]],
+                                                             list[list[int]], list[str | None]]:
+    """Ids and labels as the trainer of ``stage`` (a ``context_length`` or
+    ``trainable_tokens`` stage with a ``trainer`` profile) builds them, truncation included;
+    and, per row, why that trainer leaves it out (None: it trains on it)."""
+    batch = table.combine_chunks().to_batches()[0] if table.num_rows else \
+        pa.RecordBatch.from_pylist([], schema=table.schema)
+    built = stage.trained(batch)
+    ids = [list(map(int, x)) for x in built.ids]
+    labels = [[t if keep else IGNORE for t, keep in zip(x, m, strict=True)]
+              for x, m in zip(ids, built.labels, strict=True)]
+    left_out = [e or s for e, s in zip(built.errors, built.skipped, strict=True)]
+    return ids, labels, left_out
+
+
 def run_smoke(table: pa.Table, tok: Tok, *, rows: np.ndarray | None = None,
               batch_size: int = 8, max_length: int | None = None, seed: int = 0,
               lr: float = 1e-3, hidden: int = 64, layers: int = 2,
               prompt_fields: list[str] | None = None, response_field: str | None = None,
-              append_eos: bool = False, row_ids: list[str] | None = None) -> SmokeResult:
-    """Train the tiny model on every row of ``table`` (one pass, ``batch_size`` rows a step)."""
+              append_eos: bool = False, row_ids: list[str] | None = None,
+              trainer_stage: Any = None) -> SmokeResult:
+    """Train the tiny model on every row of ``table`` (one pass, ``batch_size`` rows a step).
+
+    With ``trainer_stage`` (a length stage with a ``trainer`` profile) the sequences and
+    labels are the ones that trainer builds; rows it leaves out itself are listed in
+    ``bad_rows`` as ``left_out_by_trainer`` and not trained on."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     start = time.perf_counter()
     row_ids = row_ids or [f"row {i}" for i in range(table.num_rows)]
-    ids, labels = _tokenize(table, tok, prompt_fields, response_field, append_eos)
-    if max_length is not None:  # a trainer truncates on the right
-        ids = [x[:max_length] for x in ids]
-        labels = [x[:max_length] for x in labels]
+    left_out: list[str | None] = [None] * table.num_rows
+    if trainer_stage is not None:
+        ids, labels, left_out = trainer_sequences(table, trainer_stage)
+    else:
+        ids, labels = _tokenize(table, tok, prompt_fields, response_field, append_eos)
+        if max_length is not None:  # a trainer truncates on the right
+            ids = [x[:max_length] for x in ids]
+            labels = [x[:max_length] for x in labels]
     result = SmokeResult(passed=True, rows=len(ids), vocab_size=tok.vocab_size)
+    for i, why in enumerate(left_out):
+        if why:
+            result.bad_rows.append({"row": row_ids[i], "problem": "left_out_by_trainer",
+                                    "detail": why})
+    if ids and all(left_out):
+        result.problems.append("the trainer leaves out every row: nothing to train on")
 
     # Out-of-range ids would crash (or, on GPU, silently corrupt) the embedding lookup:
     # checked on every row first, with numpy over the flattened ids.
@@ -240,10 +271,11 @@ def run_smoke(table: pa.Table, tok: Tok, *, rows: np.ndarray | None = None,
                                 "detail": f"{len(ids[i])} ids, {len(labels[i])} labels"})
     if mismatched:
         result.problems.append(f"{len(mismatched)} row(s) whose labels do not line up with ids")
-    skip = set(bad_rows) | set(mismatched)
+    skip = set(bad_rows) | set(mismatched) | {i for i, why in enumerate(left_out) if why}
 
     torch.manual_seed(seed)
     longest = int(lengths.max()) if lengths.size else 1
+    longest = max(longest, 1)
     config = LlamaConfig(vocab_size=tok.vocab_size, hidden_size=hidden,
                          intermediate_size=hidden * 2, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=4,
@@ -348,6 +380,52 @@ def _pipeline_tokenizer(path: str) -> str | None:
     return found
 
 
+def _names_a_trainer(path: str) -> bool:
+    """Whether a pipeline file sets ``trainer:`` (top level or on a stage); only then is the
+    whole file validated, so a pipeline that only lends its tokenizer still works."""
+    from cleanpipe.spec_yaml import read_yaml
+
+    config = read_yaml(Path(path).read_text("utf-8"), path)[0] or {}
+    if not isinstance(config, dict):
+        return False
+    stages = config.get("stages") or []
+    return config.get("trainer") is not None or any(
+        isinstance(st, dict) and st.get("trainer") is not None for st in stages)
+
+
+def _trainer_stage(args: argparse.Namespace, tokenizer: str) -> Any:
+    """The stage whose trainer profile builds the sequences, or None for the plain reading.
+
+    ``--trainer`` wins; else the pipeline's first length stage that names a trainer (its
+    template and fields come along). ``--max-length`` sets the trainer's length option.
+    """
+    from cleanpipe.contract.sequence_stage import SequenceStage
+    from cleanpipe.stages.trainable_tokens import TrainableTokens
+    from cleanpipe.templating.profiles import parse_trainer
+
+    stage = None
+    if args.pipeline and _names_a_trainer(args.pipeline):
+        from cleanpipe.spec import load_spec
+
+        stage = next((s for s in load_spec(args.pipeline).stages
+                      if isinstance(s, SequenceStage) and s.trainer is not None), None)
+    if args.trainer:
+        profile = parse_trainer(args.trainer)
+        if stage is None:
+            fields = {"prompt_fields": args.prompt_field} if args.prompt_field else {}
+            if args.response_field:
+                fields["response_field"] = args.response_field
+            stage = TrainableTokens(tokenizer=tokenizer, trainer=profile, **fields)
+        else:
+            stage = stage.model_copy(update={"trainer": profile})
+    if stage is None or stage.profile.name == "plain":
+        return None
+    stage = stage.model_copy(update={"tokenizer": tokenizer})  # resolved as the file says
+    if args.max_length is not None:
+        stage = stage.model_copy(update={"trainer": stage.profile.with_length(args.max_length)})
+    return stage
+
+
 def cmd_smoke(args: argparse.Namespace) -> int:
     try:
         import torch  # noqa: F401
@@ -385,6 +463,11 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"cleanpipe smoke: {e}", file=sys.stderr)
         return ExitCode.UNREADABLE
+    try:
+        stage = _trainer_stage(args, tokenizer)
+    except (ValueError, OSError) as e:  # ConfigError, a bad --trainer
+        print(f"cleanpipe smoke: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     table = read_dataset(args.input)
     rows = sample_indices(table.num_rows, args.n, args.seed)
     try:
@@ -392,7 +475,10 @@ def cmd_smoke(args: argparse.Namespace) -> int:
                            max_length=args.max_length, seed=args.seed,
                            prompt_fields=args.prompt_field, response_field=args.response_field,
                            append_eos=args.append_eos,
-                           row_ids=[f"row {i}" for i in rows.tolist()])
+                           row_ids=[f"row {i}" for i in rows.tolist()], trainer_stage=stage)
+    except StageError as e:
+        print(f"cleanpipe smoke: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     except KeyError as e:
         print(f"cleanpipe smoke: no column {e}; columns: {', '.join(table.column_names)}",
               file=sys.stderr)
@@ -419,6 +505,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--prompt-field", action="append",
                    help="prompt column (repeatable: joined by a blank line); default: detected")
     p.add_argument("--response-field", help="the column trained on; default: detected")
+    p.add_argument("--trainer", choices=["trl", "llamafactory", "axolotl", "plain"],
+                   help="build sequences, truncation and labels as this trainer does "
+                        "(default: the pipeline's trainer, else plain); --max-length sets its "
+                        "max_length / cutoff_len / sequence_len")
     p.add_argument("--append-eos", action="store_true",
                    help="append the tokenizer's eos token to each response (trained on)")
     p.add_argument("--report", help="write the step losses and bad rows as JSON here")

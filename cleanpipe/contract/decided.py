@@ -32,9 +32,6 @@ class DecidedFromTable:
     decision_codes: ClassVar[tuple[str, ...]] = ()
     _decisions: pa.Table | None
 
-    def decisions_for(self, seq: np.ndarray) -> pa.Table:  # pragma: no cover - per stage
-        raise NotImplementedError
-
     def with_decisions(self: _S, decisions: pa.Table) -> _S:
         """A copy whose ``decide`` reports ``decisions`` (computed elsewhere, e.g. by the
         Ray engine's distributed grouping) instead of looking rows up in its own state."""
@@ -43,7 +40,8 @@ class DecidedFromTable:
         return out
 
     def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: Any) -> BatchResult:
-        table = self._decisions if self._decisions is not None else self.decisions_for(seq)
+        table = (self._decisions if self._decisions is not None
+                 else self.decisions_for(seq))  # type: ignore[attr-defined]
         found = Findings(self.name)  # type: ignore[attr-defined]
         counts = dict.fromkeys(self.decision_codes, 0)
         for code, (pos, details) in decisions_at(table, seq, self.decision_codes).items():

@@ -7,10 +7,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pydantic import PrivateAttr
+from pydantic import PrivateAttr, field_validator, model_validator
 
 from cleanpipe.contract.stage import BatchStage, StageError
-from cleanpipe.templating.chat import ChatTemplate
+from cleanpipe.templating.chat import SHAREGPT_ROLES, ChatTemplate
+from cleanpipe.templating.profiles import (
+    AxolotlTrainer,
+    PlainTrainer,
+    Profile,
+    TrlTrainer,
+    parse_trainer,
+)
 from cleanpipe.templating.sequences import (
     Rendered,
     chat_rows_from_batch,
@@ -19,6 +26,7 @@ from cleanpipe.templating.sequences import (
     tools_from_batch,
 )
 from cleanpipe.templating.tokenizer import LoadedTokenizer
+from cleanpipe.templating.trained import LlamaFactorySlots, Records, Trained, build
 
 _MESSAGE_COLUMNS = ("messages", "conversations")
 
@@ -68,14 +76,58 @@ class SequenceStage(BatchStage):
     format-string templates."""
     append_eos: bool = False
     """Format-string templates: end the sequence with the tokenizer's ``eos_token``."""
+    trainer: Profile | None = None
+    """The trainer whose template, truncation and loss masking to follow: ``trl``,
+    ``llamafactory``, ``axolotl`` or ``plain`` (the default), or a mapping with ``name:``
+    and that trainer's options (see docs/trainers.md). A pipeline's top-level ``trainer:``
+    applies to every stage that does not set its own."""
 
     _tok: LoadedTokenizer | None = PrivateAttr(default=None)
     _chat: ChatTemplate | None = PrivateAttr(default=None)
+    _slots: LlamaFactorySlots | None = PrivateAttr(default=None)
+
+    @field_validator("trainer", mode="before")
+    @classmethod
+    def _parse_trainer(cls, value: Any) -> Any:
+        return None if value is None else parse_trainer(value)
+
+    @model_validator(mode="after")
+    def _trainer_length(self) -> SequenceStage:
+        """The stage's ``max_length`` and the trainer's own length option are one setting:
+        either fills the other; two different values are an error."""
+        own = getattr(self, "max_length", None)
+        p = self.trainer
+        if p is None or p.length_option is None:
+            return self
+        if own is not None:
+            if p.length_option in p.model_fields_set and p.length != own:
+                raise ValueError(f"max_length {own} and trainer {p.name} {p.length_option}"
+                                 f" {p.length} disagree; set one of them")
+            self.trainer = p.with_length(own)  # type: ignore[assignment]
+        elif hasattr(self, "max_length") and p.length is not None:
+            self.max_length = p.length  # type: ignore[attr-defined]
+        if isinstance(p, TrlTrainer) and p.assistant_only_loss:
+            raise ValueError("trainer trl assistant_only_loss: the assistant mask comes from"
+                             " {% generation %} marks in the chat template, which cleanpipe"
+                             " does not read yet; use completion_only_loss with prompt and"
+                             " response columns, or trainer plain")
+        return self
+
+    @property
+    def profile(self) -> Profile:
+        """The trainer profile in force (``plain`` when none is set)."""
+        return self.trainer if self.trainer is not None else PlainTrainer()
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        if self.trainer is None:
+            d.pop("trainer", None)  # pipelines without a trainer keep their config hash
+        return d
 
     def __getstate__(self) -> dict[str, Any]:
         # Ship parameters only; workers load the tokenizer again in setup().
         state = super().__getstate__()
-        state["__pydantic_private__"] = {"_tok": None, "_chat": None}
+        state["__pydantic_private__"] = {"_tok": None, "_chat": None, "_slots": None}
         return state
 
     def setup(self) -> None:
@@ -153,3 +205,47 @@ class SequenceStage(BatchStage):
                 counts[need], refined = self.tok.count_above(texts, limit, specials)
                 bound[need] = np.minimum(bound[need], refined)
         return Measured(rendered, counts, bound, specials)
+
+    # -- trainer profiles ---------------------------------------------------------------------
+    def records(self, batch: pa.RecordBatch) -> tuple[Records, Rendered | None]:
+        """The batch as the trainer profiles read it, and its plain rendering (template
+        records, or chat rows with their located answers)."""
+        self.setup()
+        try:
+            if self.template is not None:
+                rendered = render_template_batch(batch, self.template, self.response_field)
+                texts = rendered.texts.to_pylist()
+                starts = [sp[0][0] for sp in rendered.spans]
+                return Records(errors=[None] * batch.num_rows,
+                               prompts=[t[:s] for t, s in zip(texts, starts, strict=True)],
+                               answers=[t[s:] for t, s in zip(texts, starts, strict=True)],
+                               add_special_tokens=self._specials()), rendered
+            assert self._chat is not None
+            col = self._messages_column(batch)
+            role_map = self.role_map
+            if isinstance(self.profile, TrlTrainer):
+                # TRL renames ShareGPT's from/value keys but passes the roles as written
+                role_map = {k: k for k in SHAREGPT_ROLES}
+            rows = chat_rows_from_batch(batch, col, self.prompt_fields, self.response_field,
+                                        self.system_field, role_map)
+            tools = tools_from_batch(batch, self.tools_field)
+            if not isinstance(self.profile, AxolotlTrainer):  # the others render per trainer
+                return Records(errors=[None] * len(rows), messages=rows,
+                               from_columns=col is None, tools=tools), None
+            rendered = render_chat_rows(rows, self._chat, tools)
+            return Records(errors=list(rendered.errors), messages=rows,
+                           from_columns=col is None, tools=tools), rendered
+        except (KeyError, ValueError) as e:
+            raise StageError(f"{self.name}: {e}") from e
+
+    def trained(self, batch: pa.RecordBatch) -> Trained:
+        """What the configured trainer builds from each row (not for ``plain``)."""
+        rec, rendered = self.records(batch)
+        if self.profile.name == "llamafactory" and self._slots is None \
+                and self._chat is not None:
+            self._slots = LlamaFactorySlots.parse(self._chat, self.tok)
+        try:
+            return build(self.profile, self.tok, rec, self._chat,
+                         rendered.spans if rendered is not None else None, self._slots)
+        except ValueError as e:
+            raise StageError(f"{self.name}: {e}") from e

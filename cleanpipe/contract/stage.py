@@ -10,7 +10,10 @@ three shapes:
   columns: labels, token ids, chat structure, token counts). Stateless.
 * :class:`GlobalStage` must see every row before it can decide (deduplication, corpus
   statistics): ``prepare`` (parallel, per batch) → ``observe`` (sequential, in row order) →
-  ``finalize`` → ``decide`` (per batch, second pass).
+  ``finalize`` → ``decide`` (per batch, second pass). A distributed engine may run a
+  grouping of its own in place of ``observe`` and ``finalize`` where the stage declares one
+  (``distributed_grouping``), and hands the outcome back through ``adopt_grouping`` and
+  ``with_decisions``; a stage that declares none runs on every engine as it is.
 
 Every change, drop and flag a stage makes is recorded in a :class:`Findings` object, column
 by column (never a Python object per row), as ``(position, code, action, field, detail,
@@ -179,6 +182,40 @@ class GlobalStage(Stage):
     def report_section(self) -> dict[str, Any]:
         """Extra data for this stage's section of the report (clusters, histograms)."""
         return {}
+
+    # -- hooks for distributed engines (optional) ---------------------------------------
+    def distributed_grouping(self) -> str | None:
+        """The name of a grouping a distributed engine may run in place of this stage's
+        ``observe`` and ``finalize``, or ``None`` (the default).
+
+        With ``None`` every engine calls ``observe`` and ``finalize`` in one process, in
+        row order, and ships the finalized stage to its workers for ``decide``: a new
+        global stage runs on every engine without more. A stage that names a grouping
+        (``exact_dedup``: ``"content_hash"``; ``minhash_dedup``: ``"minhash_lsh"``)
+        implements the three hooks below; an engine that has a grouping of that name (the
+        Ray engine's ``cleanpipe.engine.ray_dedup.GROUPINGS``) builds it from the stage's
+        own public methods, feeds it the ``prepare`` results, and hands the outcome back
+        with :meth:`adopt_grouping` and :meth:`with_decisions`; an engine without one
+        falls back to ``observe`` and ``finalize``.
+        """
+        return None
+
+    def adopt_grouping(self, section: dict[str, Any]) -> None:
+        """Take the outcome of a grouping an engine ran in place of ``observe`` and
+        ``finalize``: ``section`` becomes this stage's report section, and ``decide``
+        reports only the decisions given with :meth:`with_decisions` (the stage holds no
+        per-row state of its own)."""
+        raise NotImplementedError(f"{self.name}: no distributed grouping")
+
+    def decisions_for(self, seq: np.ndarray) -> pa.Table:
+        """What ``decide`` reports for the rows ``seq`` after ``finalize``, as a decisions
+        table (``seq``, ``code``, ``detail``: :data:`cleanpipe.contract.decisions.DECISIONS`)."""
+        raise NotImplementedError(f"{self.name}: no decisions table")
+
+    def with_decisions(self, decisions: pa.Table) -> GlobalStage:
+        """A copy whose ``decide`` reports ``decisions`` (a :meth:`decisions_for` table
+        computed elsewhere, e.g. by a distributed grouping) for the rows it is given."""
+        raise NotImplementedError(f"{self.name}: no decisions table")
 
     def __call__(self, data: Any) -> Any:
         from cleanpipe.contract.standalone import apply_global_stage

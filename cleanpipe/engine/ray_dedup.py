@@ -38,7 +38,6 @@ from cleanpipe.engine.rows import Rows
 from cleanpipe.stages import exact_dedup
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import (
-    DECISIONS,
     MinHashDedup,
     cluster_entry,
     contamination_example,
@@ -54,12 +53,11 @@ RUNS: list[dict[str, int]] = []
 
 
 def distributed(stage: GlobalStage, ray: Any, parts: int) -> RayGrouping | None:
-    """The distributed grouping of ``stage``, or ``None`` (then it runs on the driver)."""
-    if isinstance(stage, MinHashDedup):
-        return RayMinHash(stage, ray, parts)
-    if isinstance(stage, ExactDedup) and stage.groups_by_content_only():
-        return RayExactDedup(stage, ray, parts)
-    return None
+    """The distributed grouping ``stage`` declares (``distributed_grouping()``, looked up in
+    :data:`GROUPINGS`), or ``None``: then the stage observes and finalizes on the driver."""
+    name = stage.distributed_grouping()
+    make = GROUPINGS.get(name) if name is not None else None
+    return make(stage, ray, parts) if make is not None else None
 
 
 def collect(ray: Any, ds: Any, schema: pa.Schema) -> pa.Table:
@@ -258,10 +256,9 @@ class RayExactDedup(RayGrouping):
         tables, offsets = g.reference_tables()
         for t in tables:
             self._put(shift_seq(t, first_ref))
-        g._ref_offsets = offsets
         RUNS.append({"stage": 0, "rows": self.rows})
         if not self.refs:
-            self._report(np.zeros(0, np.int64), [], 0, [])
+            self._adopt(np.zeros(0, np.int64), [], 0, [])
             return None
         hashed = self.ray.data.from_arrow_refs(self.refs)
         members = co_group([("h", hashed, "h0")], partition_steps.hash_groups_step, parts,
@@ -277,23 +274,20 @@ class RayExactDedup(RayGrouping):
                                              [_name(r) for r in rows],
                                              [r["snippet"] or "" for r in rows])
                    for rows in self._shown(top, shown)]
-        self._report(sizes, largest, contam.count(), [
+        self._adopt(sizes, largest, contam.count(), [
             {"row": _name(r), "reference": reference_name(offsets, r["ref"]),
              "snippet": r["snippet"] or ""} for r in examples.to_pylist()])
         return self._decision_rows(members, contam, offsets, exact=True)
 
-    def _report(self, sizes: np.ndarray, largest: list[dict[str, Any]], contaminated: int,
-                examples: list[dict[str, Any]]) -> None:
+    def _adopt(self, sizes: np.ndarray, largest: list[dict[str, Any]], contaminated: int,
+                 examples: list[dict[str, Any]]) -> None:
         g, n = self.stage, max(self.rows, 1)
-        g._report = g.section(
+        g.adopt_grouping(g.section(
             rows=self.rows, cluster_sizes=sizes, duplicates=int((sizes - 1).sum()),
             largest=largest, contaminated=contaminated, contamination_examples=examples,
             memory={"index_bytes_per_row": round(self.bytes["index"] / n, 1),
                     "names_and_snippets_bytes_per_row": round(self.bytes["names"] / n, 1),
-                    "where": "Ray object store (hash rows), not the driver"})
-        g._book = None
-        g._hashes = []
-        g._decisions = DECISIONS.empty_table()
+                    "where": "Ray object store (hash rows), not the driver"}))
 
 
 class RayMinHash(RayGrouping):
@@ -344,7 +338,7 @@ class RayMinHash(RayGrouping):
                  "edges": 0}
         _lap = _stopwatch()
         if not self.refs:
-            self._report(np.zeros(0, np.int64), [], 0, 0, [], offsets)
+            self._adopt(np.zeros(0, np.int64), [], 0, 0, [])
             RUNS.append(stats)
             return None
         sketches = ray.data.from_arrow_refs(self.refs)
@@ -390,21 +384,18 @@ class RayMinHash(RayGrouping):
                                  np.array([r["jaccard"] for r in rows], dtype=np.float64),
                                  g.snippet_chars)
                    for rows in self._shown(top, shown)]
-        self._report(sizes, largest, candidates, contam.count(), [
+        self._adopt(sizes, largest, candidates, contam.count(), [
             contamination_example(_name(r), reference_name(offsets, r["ref"]), r["jaccard"],
                                   r["snippet"] or "", g.snippet_chars)
-            for r in examples.to_pylist()],
-            offsets)
+            for r in examples.to_pylist()])
         stats["s_report"] = _lap()
         RUNS.append(stats)
         return self._decision_rows(members, contam, offsets, exact=False)
 
-    def _report(self, sizes: np.ndarray, largest: list[dict[str, Any]], candidates: int,
-                contaminated: int, examples: list[dict[str, Any]],
-                offsets: list[tuple[int, str]]) -> None:
+    def _adopt(self, sizes: np.ndarray, largest: list[dict[str, Any]], candidates: int,
+                 contaminated: int, examples: list[dict[str, Any]]) -> None:
         g, n = self.stage, max(self.rows, 1)
-        g._ref_offsets = offsets
-        g._report = g.section(
+        g.adopt_grouping(g.section(
             rows=self.rows, without_shingles=self.without_shingles, shingles=self.shingles,
             candidates=candidates, cluster_sizes=sizes,
             duplicates=int((sizes - 1).sum()), largest=largest, contaminated=contaminated,
@@ -413,8 +404,13 @@ class RayMinHash(RayGrouping):
                     "verify_store_bytes_per_row": round(self.bytes["sets"] / n, 1),
                     "names_and_snippets_bytes_per_row": round(self.bytes["names"] / n, 1),
                     "where": "Ray object store (sketch rows), not the driver"},
-            by_parts=bool(self.by_parts))
-        # decide() gets its rows' decisions with each chunk: no per-row state to ship
-        g._book = None
-        g._parts = []
-        g._decisions = DECISIONS.empty_table()
+            by_parts=bool(self.by_parts)))
+
+
+#: the distributed groupings of this engine, by the name a stage's
+#: ``distributed_grouping()`` declares; a new global stage needs an entry only if it wants a
+#: grouping of its own (else it observes and finalizes on the driver)
+GROUPINGS: dict[str, Callable[[Any, Any, int], RayGrouping]] = {
+    ExactDedup.GROUPING: RayExactDedup,
+    MinHashDedup.GROUPING: RayMinHash,
+}

@@ -1,10 +1,10 @@
 """The Ray engine: the same pipeline on a Ray cluster, with results identical to the local one.
 
-Stateless stages run as Ray Data ``map_batches`` tasks; the per-batch work is the local
-engine's own (:func:`cleanpipe.engine.local._segment_task`, which calls
-:func:`~cleanpipe.engine.apply.apply_stage` / ``GlobalStage.prepare``), so stage semantics,
-counters, examples and events cannot drift between engines. What differs is only where that
-work runs and how its results come back:
+Stateless stages run as Ray Data ``map_batches`` tasks; the per-batch work, the merging and
+the run loop are the engine core's (:mod:`cleanpipe.engine.core`: ``SegmentWorker.run``
+calls :func:`~cleanpipe.engine.apply.apply_stage` / ``GlobalStage.prepare``), as for the
+local engine, so stage semantics, counters, examples and events cannot drift between
+engines. What differs is only where that work runs and how its results come back:
 
 * Reading happens on the driver with cleanpipe's readers, in the local engine's order, so row
   ids (``file:line``) and sequence numbers are the same. Each chunk travels to the cluster as a
@@ -16,7 +16,10 @@ work runs and how its results come back:
   report, the quarantine and the kept rows do not depend on how Ray schedules tasks.
 * A global stage (dedup) closes a segment: its ``prepare`` runs in the map tasks, ``observe``
   and ``finalize`` on the driver in row order, and its ``decide`` runs in the map tasks of the
-  next segment, on a copy of the finalized stage shipped once per actor.
+  next segment, on a copy of the finalized stage shipped once per process. A stage that
+  declares a distributed grouping (``GlobalStage.distributed_grouping``) is grouped on the
+  cluster instead (:mod:`cleanpipe.engine.ray_dedup`); its decisions are joined to the
+  chunks there and reach ``decide`` through ``GlobalStage.with_decisions``.
 
     >>> import pyarrow as pa
     >>> from cleanpipe.engine.ray_engine import envelope, open_envelope
@@ -31,7 +34,6 @@ work runs and how its results come back:
 from __future__ import annotations
 
 import pickle
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -42,16 +44,22 @@ import numpy as np
 import pyarrow as pa
 
 from cleanpipe.contract.decisions import DECISIONS
-from cleanpipe.contract.stage import BatchContext, GlobalStage, Stage
-from cleanpipe.engine import local
-from cleanpipe.engine.apply import StageBatchStats, StageStats, apply_decide
-from cleanpipe.engine.local import RunState, Sinks, TaskResult, read_rows, segments_of
+from cleanpipe.contract.stage import GlobalStage, Stage
+from cleanpipe.engine.core import (
+    DecidedBatch,
+    EngineRun,
+    Grouping,
+    Run,
+    SegmentWorker,
+    Sinks,
+    TaskResult,
+    decide_batch,
+)
 from cleanpipe.engine.progress import Progress
-from cleanpipe.engine.ray_dedup import RayGrouping, distributed
+from cleanpipe.engine.ray_dedup import distributed
 from cleanpipe.engine.ray_shuffle import co_group
-from cleanpipe.engine.rows import QuarantineRows, Rows
-from cleanpipe.engine.shard_quarantine import ShardQuarantine
-from cleanpipe.fields import discover_text_fields
+from cleanpipe.engine.reading import read_rows
+from cleanpipe.engine.rows import Rows
 from cleanpipe.spec import PipelineSpec
 
 #: object store of a cluster this engine starts itself (an existing cluster keeps its own)
@@ -119,42 +127,35 @@ def join_decisions(ray: Any, refs: list[Any], first_seqs: list[int], decisions: 
 
 
 class SegmentMapper:
-    """Ray Data actor: (optionally) the previous global stage's ``decide``, then one segment.
+    """Ray Data task state: (optionally) the previous global stage's ``decide``, then one
+    segment, on a :class:`~cleanpipe.engine.core.SegmentWorker` of its own.
 
-    Built once per actor with the stage list (global stages already finalized where this
-    segment needs their decisions), so ``setup()`` runs once per process, as in the local
-    engine's workers.
+    Built once per process and segment with the stage list (global stages already
+    finalized where this segment needs their decisions), so ``setup()`` runs once per
+    process, as in the local engine's workers.
     """
 
     def __init__(self, stages_blob: bytes, seg_i: int, decide_idx: int | None,
                  text_fields: list[str], flag_codes: bool) -> None:
-        stages: list[Stage] = pickle.loads(stages_blob)
+        self.worker = SegmentWorker(pickle.loads(stages_blob), text_fields, flag_codes)
         self.seg_i = seg_i
         self.decide_idx = decide_idx
-        self.text_fields = text_fields
-        self.flag_codes = flag_codes
-        local._init_worker(stages, segments_of(stages), text_fields, flag_codes)
-        self._worker = dict(local._W)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        # one process may host several actors over a run: use this one's stages
-        local._W.clear()
-        local._W.update(self._worker)
+        w = self.worker
         out = []
         for i, obj in open_envelope(batch):
             decided = None
             rows = obj
-            g: Any = None
             if isinstance(obj, Decided):
                 rows = pickle.loads(obj.rows_blob)
             if self.decide_idx is not None:
-                g = local._stage(self.decide_idx)
-                assert isinstance(g, GlobalStage)
+                g = w.global_stage(self.decide_idx)
                 if isinstance(obj, Decided):
                     g = g.with_decisions(obj.decisions)
-                rows, q, st = apply_decide(g, rows, self.text_fields, self.flag_codes)
-                decided = (st, q)
-            out.append((i, (decided, local._segment_task((self.seg_i, rows)))))
+                rows, decided = decide_batch(g, self.decide_idx, rows, w.text_fields,
+                                             w.flag_codes)
+            out.append((i, (decided, w.run(self.seg_i, rows))))
         return envelope(out)
 
 
@@ -200,108 +201,71 @@ def _ensure_ray(address: str | None, workers: int | None) -> Any:
     return ray
 
 
+class RayEngine:
+    """:class:`cleanpipe.engine.core.Engine` on Ray Data: every segment is one
+    ``map_batches`` over the chunks in the object store, a first pass's rows go back to
+    the object store, and a stage with a distributed grouping (``distributed_grouping()``,
+    :data:`~cleanpipe.engine.ray_dedup.GROUPINGS`) is grouped on the cluster."""
+
+    spill_dir: Path | None = None  # the first pass's held-back quarantine: the temp dir
+
+    def __init__(self, ray: Any, run: Run, chunks: Any, n_actors: int, parts: int) -> None:
+        self.ray = ray
+        self.run = run
+        self.chunks = chunks
+        self.n_actors = n_actors
+        self.parts = parts
+        self.decide_idx: int | None = None
+        self.refs: list[Any] = []
+        self.first_seqs: list[int] = []
+
+    def results(self, seg_i: int) -> Iterator[tuple[DecidedBatch | None, TaskResult]]:
+        for _, (decided, res) in _run_segment(self.chunks, self.run.stages, seg_i,
+                                              self.decide_idx, self.run.state.text_fields,
+                                              self.run.flag_codes, self.n_actors):
+            yield decided, res
+
+    def grouping(self, stage: GlobalStage) -> Grouping | None:
+        return distributed(stage, self.ray, self.parts)
+
+    def hold(self, rows: Rows) -> None:
+        self.first_seqs.append(int(rows.seq[0]))
+        self.refs.append(self.ray.put(envelope([(len(self.refs), rows)])))
+
+    def second_pass(self, idx: int, decisions: Any) -> None:
+        self.chunks = (join_decisions(self.ray, self.refs, self.first_seqs, decisions,
+                                      self.parts) if self.refs else None)
+        self.decide_idx = idx
+        self.refs, self.first_seqs = [], []
+
+
 def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | None = None,
                 progress: Progress | None = None, tmp_dir: Path | None = None,
-                address: str | None = None, partitions: int | None = None) -> Iterator[Rows]:
+                address: str | None = None, partitions: int | None = None) -> EngineRun:
     """:func:`cleanpipe.engine.local.execute` with the batch work on Ray Data.
 
-    Same signature, same yields (kept rows in input order), same ``RunState``.
-    ``minhash_dedup`` and ``exact_dedup`` group on the cluster
-    (:mod:`cleanpipe.engine.ray_dedup`) over
-    ``partitions`` hash partitions (default: two per CPU of the cluster).
+    Same signature, same kept rows (in input order), same ``RunState``. A global stage
+    declaring a distributed grouping (``minhash_dedup``, ``exact_dedup``) groups on the
+    cluster (:mod:`cleanpipe.engine.ray_dedup`) over ``partitions`` hash partitions
+    (default: two per CPU of the cluster).
     """
     ray = _ensure_ray(address, workers or spec.workers)
-    stages = list(spec.stages)
-    state = RunState([StageStats(s.name) for s in stages])
-    progress = progress or Progress(enabled=False)
-    segs = segments_of(stages)
-    flag_codes = spec.output.flag_column is not None
+    run = Run(spec, sinks, progress)
     n_actors = max(1, int(workers or spec.workers or ray.available_resources().get("CPU", 1)))
     parts = partitions or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-    state.workers = n_actors
+    run.state.workers = n_actors
+    return EngineRun(_rows(ray, run, source, n_actors, parts), run.state)
 
-    def on_quarantine(q: QuarantineRows) -> None:
-        state.quarantined += len(q.row_ids)
-        if sinks.quarantine is not None:
-            sinks.quarantine(q)
 
-    def take_stats(i: int, st: StageBatchStats) -> None:
-        state.stage_stats[i].add(st)
-        if st.events is not None and sinks.events is not None:
-            sinks.events(st.events)
-
+def _rows(ray: Any, run: Run, source: Any, n_actors: int, parts: int) -> Iterator[Rows]:
     # reading: exactly the local engine's, so ids, seq and read counters match; each chunk
     # goes to the object store as soon as it is read (Ray spills it to disk under pressure)
     refs: list[Any] = []
-    for i, rows in enumerate(read_rows(spec, source, state, progress)):
-        if not state.text_fields and rows.num_rows:
-            state.text_fields = (list(spec.fields) if spec.fields
-                                 else discover_text_fields(rows.data.schema))
+    for i, rows in enumerate(read_rows(run.spec, source, run.state, run.progress)):
+        run.note_fields(rows)
         refs.append(ray.put(envelope([(i, rows)])))
-    if spec.fields:
-        state.text_fields = list(spec.fields)
-
-    decide_idx: int | None = None
-    chunks: Any = ray.data.from_arrow_refs(refs) if refs else None
-    for seg_i, seg in enumerate(segs):
-        results = _run_segment(chunks, stages, seg_i, decide_idx, state.text_fields,
-                               flag_codes, n_actors)
-        refs = []
-        first_seqs: list[int] = []
-        g = stages[seg.closing] if seg.closing is not None else None
-        dist: RayGrouping | None = None
-        if g is not None:
-            assert isinstance(g, GlobalStage)
-            g.setup()
-            dist = distributed(g, ray, parts)
-        t_obs = 0.0
-        # the first pass reads: its quarantine in read order per shard
-        ordered = ShardQuarantine(on_quarantine) if seg_i == 0 else None
-        for _, (decided, res) in results:
-            res: TaskResult
-            carried = None
-            if decided is not None:
-                assert decide_idx is not None
-                carried = (decide_idx, *decided)
-            # merged with this batch's results, in seq order, as the local engine does
-            local._merge(res, state, take_stats, on_quarantine, sinks.events, carried,
-                         ordered)
-            if not res.rows.num_rows:
-                continue
-            if g is None:
-                state.kept += res.rows.num_rows
-                if sinks.kept is not None:
-                    sinks.kept(res.rows)
-                yield res.rows
-            else:
-                t0 = time.perf_counter()
-                if dist is not None:
-                    dist.observe(res.prepared, res.rows)
-                else:
-                    ctx = BatchContext(res.rows.data, state.text_fields, res.rows.row_ids)
-                    g.observe(res.prepared, res.rows.seq, res.rows.data, ctx)
-                t_obs += time.perf_counter() - t0
-                first_seqs.append(int(res.rows.seq[0]))
-                refs.append(ray.put(envelope([(len(refs), res.rows)])))
-        if ordered is not None:
-            ordered.flush()
-        if g is None:
-            break
-        t0 = time.perf_counter()
-        if dist is not None:
-            # finalize even without rows: the report section must still be written
-            decisions = dist.finalize()
-            chunks = join_decisions(ray, refs, first_seqs, decisions, parts) if refs else None
-        else:
-            g.finalize()
-            chunks = ray.data.from_arrow_refs(refs) if refs else None
-        assert seg.closing is not None
-        state.stage_stats[seg.closing].seconds += t_obs + time.perf_counter() - t0
-        progress.note(f"{g.name}: second pass")
-        decide_idx = seg.closing
-    state.wall = time.time() - state.started
-    progress.close()
-    return state
+    chunks = ray.data.from_arrow_refs(refs) if refs else None
+    yield from run.rows(RayEngine(ray, run, chunks, n_actors, parts))
 
 
 def _run_segment(chunks: Any, stages: list[Stage], seg_i: int,

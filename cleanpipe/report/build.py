@@ -10,7 +10,7 @@ from typing import Any
 from cleanpipe.contract import published as pub
 from cleanpipe.contract.stage import GlobalStage, Stage
 from cleanpipe.engine.apply import CHAR_EDGES
-from cleanpipe.engine.local import RunState
+from cleanpipe.engine.core import RunState
 from cleanpipe.report.schema import SCHEMA_VERSION
 from cleanpipe.spec import PipelineSpec
 from cleanpipe.version import __version__

@@ -16,6 +16,12 @@ placed by that proof, a sound upper bound of its length, and counted as bounded 
 shows those apart, and a total including one is marked as an upper bound): tokenizing it only
 to place it would cost the time the proof saves. A row proven short after encoding some of
 its pieces is counted (see ``_place_short``). ``exact_counts: true`` measures every row.
+
+With a ``trainer`` profile (``trl``, ``llamafactory``, ``axolotl``) the length counted is
+the one that trainer builds, and the window is its own option (``max_length``,
+``cutoff_len``, ``sequence_len``); every record is tokenized. Under ``axolotl`` the default
+action follows ``excess_length_strategy``: ``drop`` drops, ``truncate`` flags (axolotl
+trains on the first ``sequence_len`` tokens), ``raise`` fails.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from cleanpipe.contract import published as pub
 from cleanpipe.contract.sequence_stage import Measured, SequenceStage
 from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings
 from cleanpipe.fields import flatten_field, rebuild_field
+from cleanpipe.templating.profiles import AxolotlTrainer
 from cleanpipe.templating.sequences import template_response
 
 
@@ -57,12 +64,34 @@ class ContextLength(SequenceStage):
                            pub.TOTAL_TOKENS_AFTER, pub.ROWS_MEASURED, pub.ROWS_OVER_WINDOW,
                            pub.SHARE_OVER_WINDOW})
 
-    max_length: int = Field(gt=0)
-    """The context window in tokens (the trainer's ``cutoff_len`` / ``max_seq_length``)."""
+    max_length: int | None = Field(None, gt=0)
+    """The context window in tokens; required unless the ``trainer`` profile sets it
+    (``max_length``, ``cutoff_len``, ``sequence_len``)."""
     exact_counts: bool = False
     """Tokenize every record, even those provably under the limit (slower)."""
 
+    @model_validator(mode="after")
+    def _window(self) -> ContextLength:
+        if self.max_length is None:
+            raise ValueError("max_length: required (or a trainer with its length option, e.g."
+                             " trainer: {name: trl, max_length: 1024})")
+        if self.profile.name != "plain" and self.action_of("too_long") == Action.FIX:
+            raise ValueError(f"too_long: action fix truncates answers for trainer plain only;"
+                             f" trainer {self.profile.name} truncates on its own")
+        return self
+
+    def _too_long_action(self) -> Action:
+        p = self.profile
+        if isinstance(p, AxolotlTrainer) and "too_long" not in self.actions \
+                and self.action is None:
+            return {"drop": Action.DROP, "truncate": Action.FLAG,
+                    "raise": Action.FAIL}[p.excess_length_strategy]
+        return self.action_of("too_long")
+
     def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        if self.profile.name != "plain":
+            return self._process_trained(batch)
+        assert self.max_length is not None
         m = self.measure(batch, self.max_length, exact=self.exact_counts)
         found = Findings(self.name)
         errors = [i for i, e in enumerate(m.rendered.errors) if e]
@@ -88,6 +117,39 @@ class ContextLength(SequenceStage):
                 f"{m.counts[i]} tokens > {self.max_length}" for i in long_rows])
         metrics = self._metrics(m, found, long_rows.size, truncated, out_batch)
         return BatchResult(out_batch, found, metrics)
+
+    def _process_trained(self, batch: pa.RecordBatch) -> BatchResult:
+        """Lengths as the profile's trainer builds them; every row is tokenized."""
+        t = self.trained(batch)
+        found = Findings(self.name)
+        errors = [i for i, e in enumerate(t.errors) if e]
+        if errors:
+            found.add(errors, "render_error", self.action_of("render_error"),
+                      detail=[t.errors[i] for i in errors])
+        long_rows = np.flatnonzero(t.lengths > self.max_length)
+        if long_rows.size:
+            opt = self.profile.length_option
+            found.add(long_rows, "too_long", self._too_long_action(), detail=[
+                f"{t.lengths[i]} tokens > {self.profile.name} {opt} {self.max_length}"
+                for i in long_rows])
+        measured = t.lengths >= 0
+        lengths = np.where(measured, t.lengths, 0)
+        kept = measured.copy()
+        kept[found.positions(Action.DROP)] = False
+        none = np.zeros(len(lengths), dtype=bool)
+        return BatchResult(None, found, {
+            "rows": len(lengths),
+            "tokenized": int(measured.sum()),
+            "skipped_provably_short": 0,
+            "too_long": int(long_rows.size),
+            "truncated": 0,
+            pub.TOKENS_BEFORE: pub.histogram_metrics(lengths[measured], none[measured]),
+            pub.TOKENS_AFTER: pub.histogram_metrics(lengths[kept], none[kept]),
+            pub.TOTAL_TOKENS_BEFORE: pub.total_metrics(int(lengths[measured].sum())),
+            pub.TOTAL_TOKENS_AFTER: pub.total_metrics(int(lengths[kept].sum())),
+            pub.ROWS_MEASURED: pub.total_metrics(int(measured.sum())),
+            pub.ROWS_OVER_WINDOW: pub.total_metrics(int(long_rows.size)),
+        })
 
     def _metrics(self, m: Measured, found: Findings, n_long: int, truncated: list[int],
                  out_batch: pa.RecordBatch | None) -> dict[str, Any]:

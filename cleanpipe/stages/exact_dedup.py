@@ -61,6 +61,8 @@ class ExactDedup(DecidedFromTable, GlobalStage):
     """
 
     name: ClassVar[str] = "exact_dedup"
+    #: the distributed grouping this stage offers (see :meth:`distributed_grouping`)
+    GROUPING: ClassVar[str] = "content_hash"
     decision_codes: ClassVar[tuple[str, ...]] = CODES
     codes: ClassVar[dict[str, Action]] = {
         "exact_duplicate": Action.DROP,
@@ -130,10 +132,23 @@ class ExactDedup(DecidedFromTable, GlobalStage):
             hashed.labels = label_texts(batch, self.label_field)
         return hashed
 
-    def groups_by_content_only(self) -> bool:
-        """Whether rows are grouped by their content hash alone (no ``label_field``), the
-        grouping a distributed engine can do on hashes without the stage."""
-        return self.label_field is None
+    def distributed_grouping(self) -> str | None:
+        """:data:`GROUPING` when rows are grouped by their content hash alone (no
+        ``label_field``): a distributed engine can group :meth:`hash_table` rows (and
+        :meth:`reference_tables`) without the stage.
+
+            >>> ExactDedup().distributed_grouping()
+            'content_hash'
+            >>> ExactDedup(label_field="label").distributed_grouping() is None
+            True
+        """
+        return self.GROUPING if self.label_field is None else None
+
+    def adopt_grouping(self, section: dict[str, Any]) -> None:
+        self._report = dict(section)
+        self._book = None
+        self._hashes = []
+        self._decisions = DECISIONS.empty_table()
 
     def hash_table(self, prepared: _Hashed, seq: np.ndarray,
                    row_ids: pa.Array | None = None) -> pa.Table:

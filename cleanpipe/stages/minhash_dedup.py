@@ -95,6 +95,8 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     """
 
     name: ClassVar[str] = "minhash_dedup"
+    #: the distributed grouping this stage offers (see :meth:`distributed_grouping`)
+    GROUPING: ClassVar[str] = "minhash_lsh"
     decision_codes: ClassVar[tuple[str, ...]] = CODES
     execution_params: ClassVar[frozenset[str]] = frozenset({"spill_dir"})
     codes: ClassVar[dict[str, Action]] = {
@@ -288,6 +290,17 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         return self.sketch(batch, ctx)
 
     # -- band-key API (distributed engines) ----------------------------------------------
+    def distributed_grouping(self) -> str:
+        """:data:`GROUPING`: a distributed engine can find, verify and cluster candidates
+        on :meth:`sketch_rows` (and :meth:`reference_sketches`) without the stage."""
+        return self.GROUPING
+
+    def adopt_grouping(self, section: dict[str, Any]) -> None:
+        self._report = dict(section)
+        self._book = None
+        self._parts = []
+        self._decisions = DECISIONS.empty_table()
+
     def sketch_rows(self, prepared: _Sketch, seq: np.ndarray,
                     row_ids: pa.Array | None = None) -> pa.Table:
         """A prepared batch as sketch rows (:func:`cleanpipe.dedup.bands.sketch_table`):

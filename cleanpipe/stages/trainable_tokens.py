@@ -12,6 +12,11 @@ those it passes on (within the window): the figure to compare with the trainer's
 the byte-level proof passes without tokenizing enters with a sound upper bound, the UTF-8
 bytes of its answer (each token overlapping the answer holds at least one of them), and the
 total is then marked as an upper bound; ``exact_counts: true`` tokenizes every row.
+
+With a ``trainer`` profile (``trl``, ``llamafactory``, ``axolotl``) the supervised tokens are
+the ones that trainer gives a label, after its own truncation (both report figures are that
+count); a row the trainer leaves out itself (axolotl's ``excess_length_strategy: drop``, a
+conversation LLaMA-Factory cannot align) has none.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from cleanpipe.contract import published as pub
 from cleanpipe.contract.sequence_stage import SequenceStage
 from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings
 from cleanpipe.templating.sequences import supervised_counts
+from cleanpipe.templating.trained import Trained
 
 
 class TrainableTokens(SequenceStage):
@@ -48,7 +54,8 @@ class TrainableTokens(SequenceStage):
     publishes = frozenset({pub.SUPERVISED_TOKENS_BEFORE, pub.SUPERVISED_TOKENS_AFTER})
 
     max_length: int | None = Field(default=None, gt=0)
-    """Truncation length of the trainer (right truncation); None: no truncation."""
+    """Truncation length of the trainer (right truncation); None: no truncation. With a
+    ``trainer`` profile, the same as its length option."""
     min_trainable: int = Field(default=1, ge=1)
     """Fewest supervised tokens a sample must keep."""
     exact_counts: bool = False
@@ -56,6 +63,8 @@ class TrainableTokens(SequenceStage):
     supervised-token totals in the report)."""
 
     def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        if self.profile.name != "plain":
+            return self.judge(self.trained(batch))
         rendered = self.render(batch)
         n = batch.num_rows
         specials = self._specials()
@@ -115,4 +124,42 @@ class TrainableTokens(SequenceStage):
                                                             int(bounded[ok].sum())),
             pub.SUPERVISED_TOKENS_AFTER: pub.total_metrics(int(within[kept].sum()),
                                                            int(bounded[kept].sum())),
+        })
+
+    def judge(self, t: Trained) -> BatchResult:
+        """The findings for rows already built by :meth:`trained` (trainer profiles)."""
+        n = len(t.errors)
+        trainable = t.supervised
+        found = Findings(self.name)
+        errors = [i for i, e in enumerate(t.errors) if e]
+        if errors:
+            found.add(errors, "render_error", self.action_of("render_error"),
+                      detail=[t.errors[i] for i in errors])
+        ok = np.array([not e for e in t.errors], dtype=bool)
+        bad = np.flatnonzero(ok & (trainable < self.min_trainable))
+        opt = self.profile.length_option
+        limit = f" within {opt} {self.profile.length}" if opt and self.profile.length else ""
+
+        def why(i: int) -> str:
+            if t.skipped[i]:
+                return str(t.skipped[i])
+            return f"{trainable[i]} supervised tokens{limit} ({self.profile.name})"
+
+        def reason(i: int) -> str:
+            if t.skipped[i]:
+                return "left_out_by_trainer"
+            return "truncated_away" if t.lengths[i] > len(t.ids[i]) else "no_labelled_token"
+
+        if bad.size:
+            found.add(bad, "no_trainable_tokens", self.action_of("no_trainable_tokens"),
+                      detail=[why(i) for i in bad])
+        kept = ok.copy()
+        kept[found.positions(Action.DROP)] = False
+        return BatchResult(None, found, {
+            "rows": n,
+            "tokenized": int(ok.sum()),
+            "no_trainable_tokens": int(bad.size),
+            "reasons": dict(Counter(reason(i) for i in bad)),
+            pub.SUPERVISED_TOKENS_BEFORE: pub.total_metrics(int(trainable[ok].sum())),
+            pub.SUPERVISED_TOKENS_AFTER: pub.total_metrics(int(trainable[kept].sum())),
         })

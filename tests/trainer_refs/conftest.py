@@ -1,0 +1,3 @@
+"""The reference scripts here run in the trainers' own environments, never under pytest."""
+
+collect_ignore = ["llamafactory_reference.py"]
