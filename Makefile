@@ -4,6 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-test
+# numba kernels compiled ahead of time (cleanpipe/precompiled.py): a small run compiles nothing
+KERNELS := cleanpipe/precompiled.py cleanpipe/dedup/kernels.py cleanpipe/dedup/part_kernels.py \
+	cleanpipe/text/byte_kernels.py
+PRECOMPILED := cleanpipe/_precompiled.json
 
 .PHONY: demo test test-slow lint bench setup clean
 
@@ -20,6 +24,9 @@ $(FULL): pyproject.toml $(BASE)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev,ray,smoke,trainers]"
 	touch $(FULL)
+
+$(PRECOMPILED): $(BASE) $(KERNELS)
+	$(PY) -m cleanpipe.precompiled
 
 # LLaMA-Factory for the trainer-profile comparison (tests/test_trainer_profiles.py): its pins
 # (torch, transformers, datasets, trl) conflict with ours, so it gets its own venv that sees
@@ -38,15 +45,16 @@ $(LF): $(FULL)
 
 $(LF_VENV): $(LF)
 
-setup: $(FULL)
 
-demo: $(BASE)
+setup: $(FULL) $(PRECOMPILED)
+
+demo: $(BASE) $(PRECOMPILED)
 	$(VENV)/bin/cleanpipe demo --output out/demo --overwrite
 
 # lint first (seconds); pytest's summary line counts the skips (tests/conftest.py adds a
 # "skips:" line; with CI=true any skip off tests/allowed_skips.txt fails the run); then the
 # wall time of it all
-test: $(FULL) $(LF) lint
+test: $(FULL) $(LF) $(PRECOMPILED) lint
 	@start=$$(date +%s); status=0; \
 	$(PY) -m pytest -m "not slow" --durations=15 cleanpipe tests || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s"; exit $$status

@@ -1,9 +1,11 @@
 """`cleanpipe check` of 1,000 t0 rows from a fresh install with empty caches vs warm.
 
-A fresh install is a copy of the package in a temporary folder, made read-only (as a
-system package or container image is), with no ``__pycache__`` and an empty per-user cache
-(``HOME`` and ``XDG_CACHE_HOME`` pointed at a new empty folder): every numba kernel the run
-needs is compiled. Warm is the same command again with that cache filled. Runs are
+A fresh install is a copy of the package as ``make setup`` leaves it (the numba kernels
+compiled ahead of time included, :mod:`cleanpipe.precompiled`) in a temporary folder, made
+read-only (as a system package or container image is), with no ``__pycache__`` and an empty
+per-user cache (``HOME`` and ``XDG_CACHE_HOME`` pointed at a new empty folder): any kernel
+the run needs that has no usable ahead-of-time twin is JIT-compiled. Warm is the same
+command again with that cache as the previous warm run left it. Runs are
 interleaved (cold, warm, cold, warm, ...), each cold one with a new empty cache; median
 and spread per kind, and the load average before each run.
 
@@ -26,6 +28,8 @@ from _common import DATASET, REPO, RESULTS, command_line, measure, require_data
 
 sys.path.insert(0, str(REPO / "tests"))
 from read_only_install import read_only_copy
+
+from cleanpipe import precompiled
 
 ROWS = 1000
 PIPELINE = "sft_prompt_completion.yaml"
@@ -79,11 +83,13 @@ def main() -> None:
             warm.append(w)
             loads.append(ld)
     c, w = statistics.median(cold), statistics.median(warm)
+    twins = bool(precompiled.load_twins())
     lines = [
         f"Command: `{command_line()}`", "",
         f"`cleanpipe check` with the shipped `{PIPELINE}` on the first {ROWS:,} t0 records"
-        " (one JSONL file), from a read-only copy of the package; cold = empty per-user"
-        " cache (every kernel compiled), warm = the cache filled. "
+        " (one JSONL file), from a read-only copy of the package"
+        f" ({'with' if twins else 'WITHOUT'} the ahead-of-time kernels of `make setup`);"
+        " cold = empty per-user caches, warm = the caches its previous run left. "
         f"{args.runs} interleaved runs of each; load average (1 min) before the runs: "
         + ", ".join(f"{x:.1f}" for x in loads) + " on 2 cores.", "",
         "| run | median wall | min | max |", "|---|---|---|---|",

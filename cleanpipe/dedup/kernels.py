@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
+from cleanpipe.precompiled import ahead_of_time
 
 MASK32 = np.uint64(0xFFFFFFFF)
 _P1 = np.uint64(2654435761)
@@ -173,6 +174,7 @@ def _scratch(offsets: np.ndarray) -> np.ndarray:
     return np.empty(longest + 1, dtype=np.int64)
 
 
+@ahead_of_time("Tuple((i8[:], i8[:], i8[:]))(u1[:], i8[:], i1[:], i8, i8)")
 @njit(cache=True)
 def shingle_spans(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_word: int,
                   n_char: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -190,6 +192,7 @@ def shingle_spans(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_wo
     return s_out, e_out, doc_off
 
 
+@ahead_of_time("u4[:](u1[:], i8[:], i8[:], u8)")
 @njit(cache=True)
 def xxh32_spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                 seed: np.uint64) -> np.ndarray:
@@ -199,6 +202,7 @@ def xxh32_spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     return out
 
 
+@ahead_of_time("Tuple((u4[:], i8[:]))(u1[:], i8[:], i1[:], i8, i8, u8)")
 @njit(cache=True)
 def xxh32_shingles(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray, n_word: int,
                    n_char: int, seed: np.uint64) -> tuple[np.ndarray, np.ndarray]:
@@ -234,6 +238,7 @@ def _fmix32(h: np.uint64) -> np.uint64:
     return h
 
 
+@ahead_of_time("u4[:, :](u4[:], i8[:], u8[:], u8[:], i8)")
 @njit(cache=True)
 def minhash_signatures(hashes: np.ndarray, doc_off: np.ndarray, a: np.ndarray, b: np.ndarray,
                        scheme: int) -> np.ndarray:
@@ -268,6 +273,7 @@ def minhash_signatures(hashes: np.ndarray, doc_off: np.ndarray, a: np.ndarray, b
     return sig
 
 
+@ahead_of_time("u8[:, :](u4[:, :], i8, i8)")
 @njit(cache=True)
 def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     """64-bit key of each band of each signature (FNV-style mix of the band's values)."""
@@ -299,6 +305,7 @@ def sort_unique(seg: np.ndarray) -> int:
     return w
 
 
+@ahead_of_time("Tuple((u4[:], i8[:]))(u4[:], i8[:])")
 @njit(cache=True)
 def sorted_unique_segments(hashes: np.ndarray, doc_off: np.ndarray) -> tuple[np.ndarray,
                                                                              np.ndarray]:
@@ -324,6 +331,7 @@ def sorted_unique_segments(hashes: np.ndarray, doc_off: np.ndarray) -> tuple[np.
     return out, new_off
 
 
+@ahead_of_time("i8[:](u8[:, :], i8[:], i8[:])")
 @njit(cache=True)
 def shared_bands(keys: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """How many bands each (left[i], right[i]) pair has the same key in."""
@@ -357,6 +365,7 @@ def sorted_common(v: np.ndarray, p: int, pe: int, q: int, qe: int, need: float) 
     return inter
 
 
+@ahead_of_time("f8[:](u4[:], i8[:], i8[:], i8[:], f8)")
 @njit(cache=True)
 def pair_jaccard(sets: np.ndarray, off: np.ndarray, left: np.ndarray,
                  right: np.ndarray, at_least: float = 0.0) -> np.ndarray:
@@ -407,6 +416,7 @@ def _bucket(order: np.ndarray, sorted_keys: np.ndarray, valid: np.ndarray, i: in
     return j, m
 
 
+@ahead_of_time("Tuple((i8[:], i8[:]))(i8[:], u8[:], b1[:], i8)")
 @njit(cache=True)
 def bucket_pairs(order: np.ndarray, sorted_keys: np.ndarray, valid: np.ndarray,
                  max_all_pairs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -461,6 +471,7 @@ def _find(parent: np.ndarray, x: int) -> int:
     return root
 
 
+@ahead_of_time("i8[:](i8, i8[:], i8[:])")
 @njit(cache=True)
 def union_find(n: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """Connected components; each document's label is the smallest index in its component."""
@@ -503,6 +514,7 @@ def _space_len(data: np.ndarray, i: int, end: int) -> int:
     return 0
 
 
+@ahead_of_time("Tuple((u1[:], i8[:]))(u1[:], i8[:], i8)")
 @njit(cache=True)
 def collapse_whitespace(data: np.ndarray, offsets: np.ndarray,
                         sep: int) -> tuple[np.ndarray, np.ndarray]:

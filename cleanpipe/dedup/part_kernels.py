@@ -42,6 +42,7 @@ from numba import njit
 
 from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
 from cleanpipe.dedup.kernels import MODE_WORD, sort_unique, sorted_common, xxh32
+from cleanpipe.precompiled import ahead_of_time
 
 HEADER = 3
 #: words of a sentence, and of what a longer one adds to it, from which the longer one
@@ -66,6 +67,7 @@ def _ends_sentence(data: np.ndarray, i: int, end: int, mode: int) -> bool:
     return c == 0x82 and i >= 2 and data[i - 2] == 0xE3 and data[i - 1] == 0x80
 
 
+@ahead_of_time("Tuple((u4[:], i8[:], i8[:], u4[:], u4[:], i8[:]))(u1[:], i8[:], i1[:], u8)")
 @njit(cache=True)
 def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
                   seed: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -127,6 +129,7 @@ def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
             words[:nw].copy(), word_off)
 
 
+@ahead_of_time("Tuple((u4[:], i8[:]))(u4[:], i8[:], u4[:], i8[:], i8[:], u4[:], u4[:], i8[:])")
 @njit(cache=True)
 def pack(r_sets: np.ndarray, r_off: np.ndarray, s_vals: np.ndarray, s_sizes: np.ndarray,
          s_doc_off: np.ndarray, questions: np.ndarray, words: np.ndarray,
@@ -295,6 +298,7 @@ def prompts_near(v: np.ndarray, a: int, b: int, at_least: float) -> bool:
             and _within_edits(v, _words_at(v, a), n, _words_at(v, b), m, limit))
 
 
+@ahead_of_time("f8[:](u4[:], i8[:], i8[:], i8[:], f8)")
 @njit(cache=True)
 def pair_similarity(values: np.ndarray, off: np.ndarray, left: np.ndarray,
                     right: np.ndarray, at_least: float) -> np.ndarray:

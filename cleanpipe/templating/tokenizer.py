@@ -12,13 +12,20 @@ Two facts make counting cheap without giving up exactness:
   Only normalisers that never lengthen ASCII are accepted, and non-ASCII records are measured
   after the tokenizer's own normaliser (NFC/NFKC and lowercasing can lengthen them).
   Anything else (Metaspace, Replace, a prefix space) gets no bound: every record is encoded.
-* **Additivity at line starts.** For the known pre-tokenizers (GPT-2 / Qwen / Llama-3 split
-  regexes with byte-level, BERT, whitespace) no pre-token holds a newline followed by a
-  non-space character, the normalisers are per character, and no added token holds a
-  newline or strips its neighbours. So the count of a text is the sum of the counts of its
-  pieces cut after each ``\\n`` that precedes a non-space character. Pieces repeat a lot in
-  real corpora (one passage under many prompt templates), and each distinct piece is
-  encoded once per process.
+* **Additivity at line and sentence starts.** For the known pre-tokenizers (GPT-2 / Qwen /
+  Llama-3 split regexes with byte-level, BERT, whitespace) no pre-token holds a newline
+  followed by a non-space character, nor a punctuation mark followed by a space (the
+  pre-token holding the mark ends at the space, and matching resumes there as it would at
+  the start of a text); the normalisers are per character (and a space or a character
+  after a newline starts a new composition), and no added token holds a newline or strips
+  its neighbours. So the count of a text is the sum of the counts of its pieces cut after
+  each ``\\n`` that precedes a non-space character, and before each space that follows a
+  full stop, question or exclamation mark (unless an added token holds a space). Pieces
+  repeat a lot in real corpora (one passage, sentence by sentence, under many prompt
+  templates), and each distinct piece is encoded once per process.
+* **Text already normalised.** A record made only of characters that Unicode's quick check
+  calls stable under the tokenizer's normal form is its own normal form: its size is
+  exact, and the normaliser need not run on it.
 
     >>> import json, tempfile, os
     >>> from tokenizers import Tokenizer, models, pre_tokenizers
@@ -34,6 +41,8 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +50,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
+
+from cleanpipe.dedup.text import unstable_class
 
 #: Split regexes whose pre-tokens never contain "\n" followed by a non-space character.
 _KNOWN_SPLIT_REGEXES = frozenset({
@@ -63,9 +74,19 @@ _GROWTH = {"NFC": 3.0, "NFD": 3.0, "NFKC": 11.0, "NFKD": 11.0, "Lowercase": 1.5,
            "StripAccents": 1.0, "Strip": 1.0}
 _WORD_PRETOKENIZERS = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit",
                                  "Punctuation", "Digits"})
-# Cut after a newline that precedes a non-space (Python's \S is narrower than Oniguruma's:
+# Pieces end after a newline that precedes a non-space (Python's \S is narrower than Oniguruma's:
 # every character Oniguruma calls a space, Python does too, so no unsafe cut is made).
-_CUT = re.compile(r"(?<=\n)(?=\S)")
+_CUT = re.compile(r"\n(?=\S)")
+# ... and after ".", "!" or "?" before a space (sentence ends: pieces that repeat).
+_CUT_SENTENCES = re.compile(r"\n(?=\S)|[.!?](?= )")
+# The same cuts in RE2 for Arrow, each marked by a NUL: after a newline before a character
+# Python calls no space (White_Space, plus the separators U+001C-U+001F), and after
+# ".", "!" or "?" before a space.
+_CUT_MARKS = ((r"\n([^\t-\r\x{1c}-\x{1f}\x{85}\p{Z}])", "\n\x00\\1"),
+              (r"([.!?]) ", "\\1\x00 "))
+# Normal forms whose stable characters (quick check YES) are known: normalisers made only
+# of these leave a text of stable characters as it is.
+_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
 _CACHE_CHARS = 64_000_000
 # count_above's guess of units per token when choosing which pieces to encode first: low
 # enough that one round proves most texts short; a wrong guess costs time, never exactness.
@@ -86,6 +107,41 @@ def _growth(kinds: list[str]) -> float:
     for k in kinds:
         g *= _GROWTH.get(k, np.inf)
     return g
+
+
+def _split(cut: re.Pattern[str], text: str) -> list[str]:
+    """``text`` in pieces, each ending where a match of ``cut`` ends.
+
+        >>> _split(_CUT_SENTENCES, "One. Two!\\nThree")
+        ['One.', ' Two!\\n', 'Three']
+    """
+    ends = [m.end() for m in cut.finditer(text)]
+    if not ends:
+        return [text]
+    return [text[a:b] for a, b in zip([0, *ends], [*ends, len(text)], strict=True)
+            if b > a]
+
+
+@cache
+def _unstable_pattern(forms: tuple[str, ...]) -> str:
+    """RE2 class of the characters that some of ``forms`` may change, or that this Python's
+    Unicode tables do not know (a newer tokenizer may decompose them).
+
+        >>> import pyarrow as pa, pyarrow.compute as pc
+        >>> texts = pa.array(["café", "cafe\\u0301", "\\uf900", "\\u0378"])
+        >>> pc.match_substring_regex(texts, _unstable_pattern(("NFC",))).to_pylist()
+        [False, True, True, True]
+    """
+    unassigned: list[list[int]] = []
+    for cp in range(0x80, 0x10000):
+        if unicodedata.category(chr(cp)) == "Cn":
+            if unassigned and unassigned[-1][1] == cp - 1:
+                unassigned[-1][1] = cp
+            else:
+                unassigned.append([cp, cp])
+    extra = "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in unassigned)
+    classes = [unstable_class(f)[1:-1] for f in forms]
+    return "[" + "".join(classes) + extra + "]"
 
 
 def _pretokenizer_nodes(node: dict | None) -> list[dict]:
@@ -110,6 +166,10 @@ class LoadedTokenizer:
         self.unit, self.chunkable, self.why_no_bound = _analyse(spec)
         self._has_normalizer = spec.get("normalizer") is not None
         self._growth = _growth(_normalizer_kinds(spec.get("normalizer")))
+        kinds = _normalizer_kinds(spec.get("normalizer"))
+        self._forms = tuple(sorted(set(kinds))) if kinds and set(kinds) <= _FORMS else None
+        self._cut = _CUT_SENTENCES if not any(
+            " " in a["content"] for a in spec.get("added_tokens", [])) else _CUT
         self._cache: dict[str, int] = {}
         self._cache_chars = 0
 
@@ -168,11 +228,18 @@ class LoadedTokenizer:
         if self._has_normalizer:
             # Normalisers may lengthen non-ASCII text: measure those after normalising, but
             # only where that could bring the record under the limit, and where the
-            # normaliser's largest growth could take it over.
+            # normaliser's largest growth could take it over. Text of quick-check-stable
+            # characters is already normalised: its size is exact.
+            exact = ascii_.copy()
+            rows = np.flatnonzero(~ascii_ & (size * self._growth > limit))
+            if self._forms is not None and rows.size:
+                unstable = pc.match_substring_regex(texts.take(pa.array(rows)),
+                                                    _unstable_pattern(self._forms))
+                exact[rows[~unstable.to_numpy(zero_copy_only=False)]] = True
             grown = size * self._growth
-            short = ~ascii_ & (grown <= limit)
+            short = ~exact & (grown <= limit)
             size[short] = grown[short]
-            todo = np.flatnonzero(~ascii_ & ~short & (size <= limit * 4))
+            todo = np.flatnonzero(~exact & ~short & (size <= limit * 4))
             if todo.size:
                 norm = self.tokenizer.normalizer.normalize_str
                 vals = texts.take(pa.array(todo)).to_pylist()
@@ -181,7 +248,7 @@ class LoadedTokenizer:
                     size[todo] = [len(s.encode("utf-8")) for s in out]
                 else:
                     size[todo] = [len(s) for s in out]
-                size[~ascii_ & (size > limit * 4)] = np.inf
+                size[~exact & (size > limit * 4)] = np.inf
         return size + self.specials_added(add_special_tokens)
 
     # -- exact counts ------------------------------------------------------------------------
@@ -205,22 +272,32 @@ class LoadedTokenizer:
         texts = [t or "" for t in texts]
         if not self.chunkable:
             return np.asarray(self._encode_counts(texts, add_special_tokens), dtype=np.int64)
-        pieces = [_CUT.split(t) for t in texts]
-        cache = self._cache
-        todo = sorted({p for ps in pieces for p in ps if p not in cache})
-        self._encode_into_cache(todo)
+        owner, pid, uniq = self._pieces(texts)
+        # read the cached counts first: encoding may empty the cache to bound its size
+        cached = np.fromiter((self._cache.get(p, -1) for p in uniq), np.int64, len(uniq))
+        todo = np.flatnonzero(cached < 0)
+        if todo.size:
+            order = sorted(todo.tolist(), key=uniq.__getitem__)
+            self._encode_into_cache([uniq[i] for i in order])
+            cached[order] = [self._cache[uniq[i]] for i in order]
         extra = self.specials_added(add_special_tokens)
-        return np.asarray([sum(cache[p] for p in ps) + extra for ps in pieces], dtype=np.int64)
+        return np.bincount(owner, weights=cached[pid], minlength=len(texts)).astype(
+            np.int64) + extra
 
-    def _piece_bound(self, piece: str) -> float:
-        """A number >= the token count of ``piece`` alone, without encoding it."""
-        c = self._cache.get(piece)
-        if c is not None:
-            return c
-        units = len(piece.encode("utf-8")) if self.unit == "bytes" else len(piece)
-        if self._has_normalizer and not piece.isascii():
-            return units * self._growth
-        return units
+    def _piece_bounds(self, pieces: list[str]) -> np.ndarray:
+        """Per piece a number >= its token count alone, without encoding it: its count if
+        cached, else its size (grown by the normaliser's factor where not ASCII)."""
+        cache = self._cache
+        counted = np.fromiter((cache.get(p, -1) for p in pieces), np.float64, len(pieces))
+        if self.unit == "bytes":
+            units = np.fromiter((len(p.encode("utf-8")) for p in pieces), np.float64,
+                                len(pieces))
+        else:
+            units = np.fromiter(map(len, pieces), np.float64, len(pieces))
+        if self._has_normalizer:
+            grows = ~np.fromiter((p.isascii() for p in pieces), bool, len(pieces))
+            units[grows] *= self._growth
+        return np.where(counted >= 0, counted, units)
 
     def count_above(self, texts: list[str], limit: int,
                     add_special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -246,30 +323,54 @@ class LoadedTokenizer:
             counts = self.count(texts, add_special_tokens)
             return counts, counts.astype(np.float64)
         texts = [t or "" for t in texts]
+        n = len(texts)
         extra = self.specials_added(add_special_tokens)
-        pieces = [_CUT.split(t) for t in texts]
-        chosen: set[str] = set()
-        for ps in pieces:
-            sizes = sorted(((self._piece_bound(p), p) for p in set(ps)
-                            if p not in self._cache), reverse=True)
-            excess = sum(self._piece_bound(p) for p in ps) + extra - limit
-            for size, p in sizes:
-                if excess <= 0:
-                    break
-                chosen.add(p)
-                excess -= size - size / _PROOF_BYTES
-        self._encode_into_cache(sorted(chosen))
-        out = np.full(len(texts), -1, dtype=np.int64)
-        bound = np.array([sum(self._piece_bound(p) for p in ps) + extra for ps in pieces],
-                         dtype=np.float64)
+        owner, pid, uniq = self._pieces(texts)
+        size = self._piece_bounds(uniq)[pid]
+        excess = np.bincount(owner, weights=size, minlength=n) + extra - limit
+        # Per text, its distinct uncounted pieces, largest first; a piece is chosen while
+        # the text's excess is not yet covered by the pieces chosen before it.
+        uncounted = np.fromiter((p not in self._cache for p in uniq), bool, len(uniq))
+        todo = np.flatnonzero(uncounted[pid])
+        _, first = np.unique(owner[todo] * len(uniq) + pid[todo], return_index=True)
+        todo = todo[first]
+        todo = todo[np.lexsort((pid[todo], -size[todo], owner[todo]))]
+        gain = size[todo] * (1 - 1 / _PROOF_BYTES)
+        gain[~np.isfinite(gain)] = 0.0
+        before = np.cumsum(gain) - gain
+        starts = np.searchsorted(owner[todo], np.arange(n))
+        before -= np.r_[before, 0][starts][owner[todo]]
+        left = excess[owner[todo]]
+        # no bound without counting (a normaliser of unknown growth): count every piece
+        pick = np.unique(pid[todo[(left - before > 0) | ~np.isfinite(left)]])
+        self._encode_into_cache(sorted(uniq[i] for i in pick.tolist()))
+        bound = np.bincount(owner, weights=self._piece_bounds(uniq)[pid], minlength=n) + extra
         # A text whose pieces are all counted has its exact count already: report it.
-        known = np.array([all(p in self._cache for p in ps) for ps in pieces], dtype=bool)
+        missing = np.fromiter((p not in self._cache for p in uniq), bool, len(uniq))
+        known = np.bincount(owner, weights=missing[pid], minlength=n) == 0
+        out = np.full(n, -1, dtype=np.int64)
         out[known] = bound[known]
         over = np.flatnonzero((bound > limit) & ~known)
         if over.size:
             out[over] = self.count([texts[i] for i in over], add_special_tokens)
             bound[over] = out[over]
         return out, bound
+
+    def _pieces(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """The texts cut into pieces: per piece its text's index and an id, and the
+        distinct pieces by id. Cut with Arrow kernels (a NUL marks each cut), unless a text
+        holds a NUL itself."""
+        arr = pa.array(texts, pa.large_string())
+        if pc.any(pc.match_substring(arr, "\x00")).as_py():
+            lists = pa.array([_split(self._cut, t) for t in texts], pa.list_(pa.large_string()))
+        else:
+            for pattern, mark in _CUT_MARKS[: 2 if self._cut is _CUT_SENTENCES else 1]:
+                arr = pc.replace_substring_regex(arr, pattern, mark)
+            lists = pc.split_pattern(arr, "\x00")
+        owner = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+        codes = pc.list_flatten(lists).dictionary_encode()
+        return (owner, codes.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+                codes.dictionary.to_pylist())
 
     def encode(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
         """Full encodings (ids and character offsets)."""

@@ -9,6 +9,7 @@ import numba
 import numpy as np
 
 from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
+from cleanpipe.precompiled import ahead_of_time
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -60,6 +61,8 @@ def _zero_bytes(x):  # pragma: no cover - compiled
     return ~(((x & lo7) + lo7) | x | lo7)
 
 
+@ahead_of_time("void(u1[:], u8[:], i8[:], b1[:], i8[:], i8[:], i8[:], i8, i8, i8, b1,"
+               " b1, b1, i8[:], i8[:])")
 @numba.njit(cache=True, nogil=True)
 def scan(data, words, offsets, lead, lo, hi, gbit, run_b, trail_b, blank_b, wide, controls,
           del_lead, ascii_leads, out):  # pragma: no cover - compiled

@@ -1,0 +1,223 @@
+"""The ahead-of-time kernels (the no-JIT path of small runs) give exactly what the JIT
+kernels give: every kernel output compared array by array, on real data and on adversarial
+text, and whole pipeline runs compared byte by byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from read_only_install import read_only_copy
+
+from cleanpipe import precompiled
+from cleanpipe.dedup import kernels, part_kernels
+from cleanpipe.dedup.minhash import permutations
+from cleanpipe.dedup.text import buffers, normalize, shingle_modes
+from cleanpipe.text import byte_kernels
+from cleanpipe.text.byte_scan import ByteScan
+from tests._robust_helpers import cli, output_files, stable_report
+from tests.conftest import realdata
+from tests.guard_data import read_t0
+
+PIPELINE = Path(precompiled.PACKAGE / "pipelines" / "sft_prompt_completion.yaml")
+
+# Sentence ends, quotes, whitespace of every kind, CJK (character shingles), emoji, C0/C1
+# controls, and words long enough for XXH32's 16-byte stripes.
+PIECES = st.sampled_from([
+    " ", "  ", "\t", "\n", "\n\n\n", "\r\n", "\x00", "\x07", "\x7f", "\x85", "\x9f", "\u00a0",
+    "\u1680", "\u2003", "\u2028", "\u202f", "\u3000", "\u200b", "\ufeff", "\U0001f3f4", ". ",
+    "? ", "!", ";", ": ", '"', '?" ', "。", "中文字符", "👩‍💻", "ب", "a", "the", "quick",
+    "extraordinarily-long-hyphenated-word", "Where do you run Windows 8?",
+])
+TEXT = st.lists(st.one_of(PIECES, st.text(max_size=5)), max_size=30).map("".join)
+SCANS = (
+    # controls (C0, DEL, C1), wide code points, surrogates (CESU-8), an emoji
+    ByteScan([[(0, 8), 0x7F, (0x80, 0x9F)], [0x200B, (0x2028, 0x2029), 0xFEFF],
+              [(0xD800, 0xDFFF)], [0x1F3F4]]),
+    ByteScan([[0xA0, 0x3000, (0x2000, 0x200A)]], space_run=1, trailing_space=2,
+             blank_lines=3, edge_whitespace=4),
+    ByteScan([[ord("<"), ord("|")]]),  # printable ASCII leads
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def twins() -> object:
+    """The extension module, built first when missing or stale (``make setup`` builds it)."""
+    if not precompiled.load_twins():
+        precompiled.build()
+        assert precompiled.load_twins(again=True), "the fresh build is not usable"
+    return precompiled.load_twins()
+
+
+def _jit(kernel: precompiled.Kernel, *args: object) -> object:
+    return kernel.dispatcher(*args)
+
+
+def _twin(kernel: precompiled.Kernel, *args: object) -> object:
+    return kernel.twin(*args)
+
+
+def _kernel_outputs(texts: list[str | None], call, seed: int = 3) -> dict[str, object]:
+    """Every marked kernel run the way the dedup stages chain them, through ``call``."""
+    out: dict[str, object] = {}
+    raw = pa.array(texts, pa.large_string())
+    data, off = buffers(raw)
+    out["collapse"] = call(kernels.collapse_whitespace, data, off, 31)
+    norm = normalize(raw)
+    data, off = buffers(norm)
+    modes = shingle_modes(norm, "auto", 0.3).astype(np.int8)
+    modes[::3] = 1  # character shingles for every third row as well
+    out["hashes"] = call(kernels.xxh32_shingles, data, off, modes, 3, 4, np.uint64(seed))
+    s, e, doc_off = call(kernels.shingle_spans, data, off, modes, 3, 4)
+    out["spans"] = (s, e, doc_off)
+    out["span_hashes"] = call(kernels.xxh32_spans, data, s, e, np.uint64(seed))
+    sets, set_off = call(kernels.sorted_unique_segments, *out["hashes"])
+    out["sets"] = (sets, set_off)
+    for scheme, code in (("affine32", kernels.SCHEME_AFFINE32),
+                         ("legacy", kernels.SCHEME_LEGACY)):
+        a, b = permutations(16, seed, scheme)  # legacy: strided views of one array
+        out[f"sig_{scheme}"] = call(kernels.minhash_signatures, sets, set_off, a, b, code)
+    keys = call(kernels.band_keys, out["sig_affine32"], 4, 4)
+    out["keys"] = keys
+    valid = np.diff(set_off) > 0
+    for j in range(keys.shape[1]):
+        col = np.ascontiguousarray(keys[:, j])
+        order = np.argsort(col, kind="stable")
+        out[f"bucket_{j}"] = call(kernels.bucket_pairs, order, col[order], valid, 2)
+    n = len(texts)
+    left, right = (x.astype(np.int64).ravel() for x in np.triu_indices(n, 1))
+    out["shared"] = call(kernels.shared_bands, keys, left, right)
+    for t in (0.0, 0.5):
+        out[f"jaccard_{t}"] = call(kernels.pair_jaccard, sets, set_off, left, right, t)
+    out["components"] = call(kernels.union_find, n, left[::7].copy(), right[::7].copy())
+    sentences = call(part_kernels.sentence_sets, data, off, modes, np.uint64(seed))
+    out["sentences"] = sentences
+    packed, p_off = call(part_kernels.pack, sets, set_off, *sentences)
+    out["packed"] = (packed, p_off)
+    for t in (0.0, 0.7):
+        out[f"similarity_{t}"] = call(part_kernels.pair_similarity, packed, p_off, left,
+                                      right, t)
+    return out
+
+
+def _assert_same(got: object, want: object, where: str = "") -> None:
+    if isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for k in want:
+            _assert_same(got[k], want[k], f"{where}/{k}")
+    elif isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _assert_same(g, w, f"{where}[{i}]")
+    else:
+        assert got.dtype == want.dtype and got.shape == want.shape, where
+        np.testing.assert_array_equal(got, want, err_msg=where)
+
+
+def _scans(texts: list[str | None], monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    got: dict[str, object] = {}
+    for how in ("0", "only"):
+        monkeypatch.setenv("CLEANPIPE_PRECOMPILED", how)
+        arr = pa.array(texts, pa.large_string())
+        got[how] = tuple(scan(x) for scan in SCANS for x in (arr, arr.slice(1)))
+    return got
+
+
+def test_every_marked_kernel_is_exported(twins: object) -> None:
+    for k in (kernels.xxh32_shingles, kernels.minhash_signatures, part_kernels.pair_similarity,
+              byte_kernels.scan):
+        assert all(hasattr(twins, name) for name in k.twin_names())
+    assert {"kernels__union_find", "byte_kernels__scan"} <= set(precompiled._KERNELS)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.one_of(TEXT, st.none()), min_size=1, max_size=12))
+def test_twins_equal_jit_on_adversarial_text(texts: list[str | None]) -> None:
+    texts = texts + [t + " edited" for t in texts if t]  # near copies give pairs to verify
+    _assert_same(_kernel_outputs(texts, _twin), _kernel_outputs(texts, _jit))
+
+
+def test_byte_scan_twin_equals_jit(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = ["plain", "", None, "tab\tthen  two\n\n\nend ", " \u00a0lead", "a\u200bb\x85c",
+             "x" * 7 + "\x00" + "y" * 9, "\ud800".encode("utf-8", "surrogatepass")
+             .decode("utf-8", "replace"), "<|endoftext|>", "中文\u3000全角", "🏴 flag"]
+    got = _scans(texts * 3, monkeypatch)
+    _assert_same(got["only"], got["0"])
+    assert any(b.any() for b in got["only"])  # the scans do fire on these
+
+
+def test_only_mode_fails_loudly_on_unfit_arguments() -> None:
+    # int32 offsets fit no exported signature: "only" must say so, never guess
+    with pytest.raises(LookupError, match="no precompiled signature"):
+        kernels.union_find.twin(3, np.array([0], np.int32), np.array([2], np.int32))
+
+
+@pytest.mark.realdata
+def test_twins_equal_jit_on_t0(monkeypatch: pytest.MonkeyPatch) -> None:
+    t0 = read_t0(realdata("sft_self_instruct_t0_50k")).slice(0, 600)
+    texts = [f"{p}\n{c}" for p, c in zip(t0["prompt"].to_pylist(),
+                                           t0["completion"].to_pylist(), strict=True)]
+    twin, jit = _kernel_outputs(texts, _twin), _kernel_outputs(texts, _jit)
+    _assert_same(twin, jit)
+    assert (twin["similarity_0.7"] >= 0.7).any()  # t0 holds near copies: verified pairs
+    got = _scans(texts, monkeypatch)
+    _assert_same(got["only"], got["0"])
+
+
+@pytest.mark.realdata
+def test_check_pipeline_is_byte_identical_on_both_paths(tmp_path: Path, capsys,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped prompt/completion pipeline on 1,000 t0 rows: twins only vs JIT only."""
+    rows = read_t0(realdata("sft_self_instruct_t0_50k")).slice(0, 1000).to_pylist()
+    src = tmp_path / "t0.jsonl"
+    src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                   encoding="utf-8")
+    outs = {}
+    for how in ("only", "0"):
+        monkeypatch.setenv("CLEANPIPE_PRECOMPILED", how)
+        outs[how] = tmp_path / f"out_{how}"
+        code, _, err = cli(capsys, "run", str(PIPELINE), "--input", str(src), "-o",
+                           str(outs[how]), "-q", "--no-progress", "--workers", "1")
+        assert code in (0, 1), err
+    assert output_files(outs["only"]) == output_files(outs["0"])
+    rep = stable_report(outs["only"])
+    assert rep == stable_report(outs["0"])
+    assert any(r["code"] == "near_duplicate" for r in rep["reasons"]), rep["reasons"]
+
+
+def test_fresh_read_only_install_compiles_nothing(tmp_path: Path) -> None:
+    """With the twins built, a small run in a fresh install with an empty per-user cache
+    compiles no kernel (the cold-start fix), and writes no cache anywhere."""
+    site = read_only_copy(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    script = ("import json, numba\n"
+              "from cleanpipe.stages.minhash_dedup import MinHashDedup\n"
+              "from cleanpipe.stages.whitespace import Whitespace\n"
+              "rows = {'text': ['the quick brown fox jumps over the lazy dog by the bank',\n"
+              "                 'the quick brown fox jumps over the lazy dog by the bank!',\n"
+              "                 'something  else entirely ']}\n"
+              "kept = MinHashDedup(fields=['text'], threshold=0.7)(rows)['text']\n"
+              "fixed = Whitespace(action='fix')(rows['text'])\n"
+              "from cleanpipe.precompiled import _KERNELS\n"
+              "compiled = [k for k, v in _KERNELS.items() if v.dispatcher.overloads]\n"
+              "print(json.dumps({'kept': kept, 'fixed': fixed, 'compiled': compiled}))\n")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NUMBA_", "CLEANPIPE_PRECOMPILED"))}
+    env.update(PYTHONPATH=str(site), HOME=str(home), XDG_CACHE_HOME=str(home / "xdg"),
+               PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(home),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["compiled"] == []
+    assert len(got["kept"]) == 2 and len(got["fixed"]) == 3
+    assert not list(home.rglob("*.nbi")) and not list(site.rglob("*.nbi"))
