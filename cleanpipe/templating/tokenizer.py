@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
-from cleanpipe.dedup.text import unstable_class
+from cleanpipe.text.unicode_forms import unstable_class
 
 #: Split regexes whose pre-tokens never contain "\n" followed by a non-space character.
 _KNOWN_SPLIT_REGEXES = frozenset({
