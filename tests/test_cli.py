@@ -73,7 +73,7 @@ def test_stages_shows_required_and_plain_types(capsys) -> None:
     out = capsys.readouterr().out
     for junk in ("PydanticUndefined", "<function", " at 0x", "Annotated"):
         assert junk not in out
-    assert "    max_length: int (required)" in out
+    assert "    tokenizer: str (required)" in out  # max_length became optional with trainer:
     assert "    patterns: dict[str, str] (required)" in out
 
 

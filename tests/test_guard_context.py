@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from guard_data import read_records, read_t0, strip_endoftext
-from tokenizers import Tokenizer, models, pre_tokenizers
 
 from cleanpipe.contract.stage import BatchContext
 from cleanpipe.stages.context_length import ContextLength
 from cleanpipe.stages.trainable_tokens import TrainableTokens
+from cleanpipe.templating.word_tokenizer import word_tokenizer_file
 from tests.conftest import realdata
 
 SFT_FILES = [
@@ -31,11 +28,7 @@ SFT_FILES = [
 
 @pytest.fixture
 def word_tok() -> str:
-    tk = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
-    tk.save(path)
-    return path
+    return word_tokenizer_file()
 
 
 def _batch(rows: list[dict]) -> pa.RecordBatch:

@@ -18,13 +18,16 @@ def data_source(path: str | Path) -> Any:
     return str(path)
 
 
-def add_sample_arguments(parser: argparse.ArgumentParser, rows: int,
-                         seed_help: str = "random seed (default 0)") -> None:
-    """What a command that samples a dataset takes: the dataset (``input``, read with
+def add_sample_command(subparsers: Any, name: str, summary: str, description: str, rows: int,
+                       seed_help: str = "random seed (default 0)") -> argparse.ArgumentParser:
+    """A subcommand that samples a dataset: the dataset (``input``, read with
     :func:`read_dataset`), how many rows (``-n``) and the seed (``--seed``)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=summary,
+                                                            description=description)
     parser.add_argument("input", help="cleaned output folder, or any dataset path cleanpipe reads")
     parser.add_argument("-n", type=int, default=rows, help=f"rows to take (default {rows})")
     parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    return parser
 
 
 def read_dataset(path: str | Path) -> pa.Table:

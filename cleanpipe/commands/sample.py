@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.commands._data import add_sample_arguments
+from cleanpipe.commands._data import add_sample_command
 from cleanpipe.errors import ExitCode
 
 __all__ = ["allocate", "register", "sample_indices", "sample_table"]
@@ -154,12 +154,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "sample", help="deterministic (optionally stratified) sample of a cleaned output",
-        description="Take a deterministic sample of a cleaned output folder (its data/) or any "
-                    "dataset, for a smoke training run. Same input, -n, --seed and --stratify: "
-                    "same rows, in input order.")
-    add_sample_arguments(p, rows=1000)
+    p = add_sample_command(
+        subparsers, "sample", "deterministic (optionally stratified) sample of a cleaned output",
+        "Take a deterministic sample of a cleaned output folder (its data/) or any dataset, "
+        "for a smoke training run. Same input, -n, --seed and --stratify: same rows, in input "
+        "order.", rows=1000)
     p.add_argument("--stratify", metavar="COLUMN",
                    help="keep every value of COLUMN represented, proportionally (e.g. label)")
     p.add_argument("--output", "-o", help="a .parquet or .jsonl file (default: JSONL on stdout)")

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cleanpipe.commands._data import add_sample_arguments
+from cleanpipe.commands._data import add_sample_command
 from cleanpipe.contract.stage import StageError
 from cleanpipe.errors import ExitCode
 
@@ -490,12 +490,12 @@ def cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "smoke", help="a few optimizer steps of a tiny random LM on a sample (needs [smoke])",
-        description="Train a tiny randomly initialised causal LM, sized to the tokenizer's "
-                    "vocabulary, for a few steps on a deterministic sample; exit 1 on a "
-                    "non-finite loss or gradient norm or an out-of-range token id.")
-    add_sample_arguments(p, rows=128, seed_help="sample and initialisation seed")
+    p = add_sample_command(
+        subparsers, "smoke",
+        "a few optimizer steps of a tiny random LM on a sample (needs [smoke])",
+        "Train a tiny randomly initialised causal LM, sized to the tokenizer's vocabulary, for a "
+        "few steps on a deterministic sample; exit 1 on a non-finite loss or gradient norm or "
+        "an out-of-range token id.", rows=128, seed_help="sample and initialisation seed")
     p.add_argument("--tokenizer",
                    help="tokenizer.json, or a folder with tokenizer.json + tokenizer_config.json")
     p.add_argument("--pipeline", help="take the tokenizer from this pipeline YAML's stages")

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from cleanpipe.contract.decisions import decisions_at
+from cleanpipe.contract.decisions import DECISIONS, decisions_at
 from cleanpipe.contract.stage import BatchResult, Findings
 
 _S = TypeVar("_S", bound="DecidedFromTable")
@@ -31,6 +31,18 @@ class DecidedFromTable:
 
     decision_codes: ClassVar[tuple[str, ...]] = ()
     _decisions: pa.Table | None
+    _report: dict[str, Any]
+
+    def adopt_grouping(self, section: dict[str, Any]) -> None:
+        """:meth:`GlobalStage.adopt_grouping`: ``section`` is the report section, no row is
+        decided until :meth:`with_decisions`, and the first pass's per-row state goes."""
+        self._report = dict(section)
+        self._decisions = DECISIONS.empty_table()
+        self.forget_rows()
+
+    def forget_rows(self) -> None:
+        """Drop what the first pass kept per row (snippets, hashes, sketches)."""
+        raise NotImplementedError
 
     def with_decisions(self: _S, decisions: pa.Table) -> _S:
         """A copy whose ``decide`` reports ``decisions`` (computed elsewhere, e.g. by the

@@ -36,36 +36,33 @@ MAX_EXAMPLES = 5
 CHAR_EDGES = [0, *[2 ** k for k in range(3, 21)]]
 
 
-@dataclass
-class StageBatchStats:
+@dataclass(kw_only=True)
+class StageCounts:
+    """Row counters and seconds of one stage, shared by a batch's figures and the run's."""
+
+    rows_in: int = 0
+    rows_out: int = 0
+    changed: int = 0
+    dropped: int = 0
+    flagged: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    codes: dict[str, list[Any]] = field(default_factory=dict)  # code -> [action, events, rows]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class StageBatchStats(StageCounts):
     """Counters of one stage over one batch; summed by :class:`StageStats`."""
 
-    rows_in: int = 0
-    rows_out: int = 0
-    changed: int = 0
-    dropped: int = 0
-    flagged: int = 0
-    failed: int = 0
-    codes: dict[str, list[Any]] = field(default_factory=dict)  # code -> [action, events, rows]
     examples: list[dict[str, Any]] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
     events: pa.Table | None = None
-    seconds: float = 0.0
 
 
 @dataclass
-class StageStats:
+class StageStats(StageCounts):
     name: str
-    rows_in: int = 0
-    rows_out: int = 0
-    changed: int = 0
-    dropped: int = 0
-    flagged: int = 0
-    failed: int = 0
-    seconds: float = 0.0
-    codes: dict[str, list[Any]] = field(default_factory=dict)
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
 
     def add(self, s: StageBatchStats) -> None:
         self.rows_in += s.rows_in

@@ -308,7 +308,7 @@ class Run:
         self.flag_codes = spec.output.flag_column is not None
         self.sinks = sinks
         self.progress = progress or Progress(enabled=False)
-        self.state = RunState([StageStats(s.name) for s in self.stages],
+        self.state = RunState([StageStats(name=s.name) for s in self.stages],
                               text_fields=list(spec.fields or []))
 
     def note_fields(self, rows: Rows) -> None:

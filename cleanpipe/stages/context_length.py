@@ -45,13 +45,10 @@ from cleanpipe.templating.sequences import template_response
 class ContextLength(SequenceStage):
     """Drop (or flag, or truncate) records longer than ``max_length`` tokens.
 
-    Example, with a tiny word-level tokenizer written on the spot::
+    Example, with a tiny word-level tokenizer::
 
-        >>> import os, tempfile
-        >>> from tokenizers import Tokenizer, models, pre_tokenizers
-        >>> tk = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-        >>> tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        >>> path = os.path.join(tempfile.mkdtemp(), "tokenizer.json"); tk.save(path)
+        >>> from cleanpipe.templating.word_tokenizer import word_tokenizer_file
+        >>> path = word_tokenizer_file()  # one token per word
         >>> stage = ContextLength(tokenizer=path, max_length=4, template="{prompt} {output}")
         >>> stage({"prompt": ["a b", "a b c d"], "output": ["c", "e f"]})
         {'prompt': ['a b'], 'output': ['c']}

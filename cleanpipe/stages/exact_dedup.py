@@ -101,6 +101,10 @@ class ExactDedup(DecidedFromTable, GlobalStage):
     report_clusters: int = Field(10, ge=0)
     """How many of the largest duplicate groups the report shows."""
 
+    # what DecidedFromTable reads and adopt_grouping sets
+    _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _decisions: pa.Table | None = PrivateAttr(None)
+    # the first pass's per-row state (forget_rows drops it)
     _book: RowBook | None = PrivateAttr(None)
     _hashes: list[np.ndarray] = PrivateAttr(default_factory=list)
     _labels: list[pa.Array] = PrivateAttr(default_factory=list)
@@ -109,8 +113,6 @@ class ExactDedup(DecidedFromTable, GlobalStage):
     _rep: np.ndarray | None = PrivateAttr(None)
     _contam: np.ndarray | None = PrivateAttr(None)
     _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
-    _report: dict[str, Any] = PrivateAttr(default_factory=dict)
-    _decisions: pa.Table | None = PrivateAttr(None)
 
     def describe(self) -> dict[str, Any]:
         out = self.model_dump(mode="json", exclude={"reference"})
@@ -144,11 +146,9 @@ class ExactDedup(DecidedFromTable, GlobalStage):
         """
         return self.GROUPING if self.label_field is None else None
 
-    def adopt_grouping(self, section: dict[str, Any]) -> None:
-        self._report = dict(section)
+    def forget_rows(self) -> None:
         self._book = None
         self._hashes = []
-        self._decisions = DECISIONS.empty_table()
 
     def hash_table(self, prepared: _Hashed, seq: np.ndarray,
                    row_ids: pa.Array | None = None) -> pa.Table:

@@ -93,6 +93,10 @@ class InvisibleChars(TextStage):
         >>> stage = InvisibleChars()
         >>> stage("\\ufeffzero\\u200bwidth \\u202eflip\\u202c soft\\u00adhyphen")
         'zerowidth flip softhyphen'
+
+    A joiner that shapes the text (inside an emoji sequence, or the ZWNJ of Persian script)
+    is part of the writing and stays; a stray one between Latin letters goes::
+
         >>> stage(["👩\\u200d💻", "می\\u200cخواهم", "a\\u200db"])
         ['👩\\u200d💻', 'می\\u200cخواهم', 'ab']
     """

@@ -177,6 +177,10 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     report_clusters: int = Field(10, ge=0)
     """How many of the largest clusters the report shows."""
 
+    # what DecidedFromTable reads and adopt_grouping sets
+    _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _decisions: pa.Table | None = PrivateAttr(None)
+    # the first pass's per-row state (forget_rows drops it)
     _book: RowBook | None = PrivateAttr(None)
     _parts: list[_Sketch] = PrivateAttr(default_factory=list)
     _spill: external.KeySpill | None = PrivateAttr(None)
@@ -185,8 +189,6 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
     _contam: np.ndarray | None = PrivateAttr(None)
     _contam_j: np.ndarray | None = PrivateAttr(None)
     _ref_offsets: list[tuple[int, str]] = PrivateAttr(default_factory=list)
-    _report: dict[str, Any] = PrivateAttr(default_factory=dict)
-    _decisions: pa.Table | None = PrivateAttr(None)
     _compared: bool | None = PrivateAttr(None)
 
     @field_validator("weights")
@@ -295,11 +297,9 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         on :meth:`sketch_rows` (and :meth:`reference_sketches`) without the stage."""
         return self.GROUPING
 
-    def adopt_grouping(self, section: dict[str, Any]) -> None:
-        self._report = dict(section)
+    def forget_rows(self) -> None:
         self._book = None
         self._parts = []
-        self._decisions = DECISIONS.empty_table()
 
     def sketch_rows(self, prepared: _Sketch, seq: np.ndarray,
                     row_ids: pa.Array | None = None) -> pa.Table:

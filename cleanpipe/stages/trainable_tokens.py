@@ -37,11 +37,8 @@ from cleanpipe.templating.trained import Trained
 class TrainableTokens(SequenceStage):
     """Drop samples with fewer than ``min_trainable`` supervised tokens in the window.
 
-        >>> import os, tempfile
-        >>> from tokenizers import Tokenizer, models, pre_tokenizers
-        >>> tk = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-        >>> tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        >>> path = os.path.join(tempfile.mkdtemp(), "tokenizer.json"); tk.save(path)
+        >>> from cleanpipe.templating.word_tokenizer import word_tokenizer_file
+        >>> path = word_tokenizer_file()  # one token per word
         >>> stage = TrainableTokens(tokenizer=path, max_length=3, template="{prompt} {output}")
         >>> stage({"prompt": ["a b", "a", "a b c"], "output": ["c", "", "d"]})
         {'prompt': ['a b'], 'output': ['c']}
