@@ -70,10 +70,9 @@ def _comparable(report: dict[str, Any]) -> dict[str, Any]:
     r = json.loads(json.dumps(report, default=str))
     for s in r["stages"]:
         s.pop("seconds")
-        # a dedup section's memory notes say where its index lived (driver or Ray's object
-        # store): an engine fact, not a result
-        if isinstance(s.get("section"), dict):
-            s["section"].pop("memory", None)
+        # a dedup stage's diagnostics say where its index lived (driver or Ray's object
+        # store) and how big its buffers were: engine facts, not results
+        s.pop("diagnostics", None)
     inp = dict(r["input"])
     inp.pop("paths")  # where it was read from: the one thing that differs
     return {"totals": r["totals"], "stages": r["stages"], "input": inp,

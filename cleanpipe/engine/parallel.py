@@ -6,8 +6,6 @@ items are in flight, so memory stays bounded however long the input is. A
 streams its rows through the workers once per pass), so the start-up cost — a Python with
 numpy, pyarrow, numba and the stages' modules — is paid once per run, not once per pass.
 
-    >>> list(ordered_map(abs, [-1, 2, -3], workers=1))
-    [1, 2, 3]
     >>> with WorkerPool(1) as pool:
     ...     list(pool.map(abs, [-1, 2])), list(pool.map(abs, [-3]))
     ([1, 2], [3])
