@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,3 +236,24 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if in_ci() and _unexpected_skips(session.config) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ---------------------------------------------------------------- headless Chromium
+# The Debian ``chromium`` package (``.ci/run`` installs it) driven by the ``playwright``
+# Python package; never ``playwright install`` (it downloads a browser).
+CHROMIUM = os.environ.get("CLEANPIPE_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium per test module, for the report.html tests."""
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.skip(f"headless Chromium not found at {CHROMIUM} (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright not installed (pip install playwright)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()

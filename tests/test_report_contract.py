@@ -9,7 +9,6 @@ tokenizer, as ``benchmarks/bench_quality.py`` prepares them.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -255,20 +254,8 @@ def test_published_figures_do_not_depend_on_workers_or_batches(tmp_path) -> None
 
 
 # ----------------------------------------------------------------------- report.html
+# (the headless Chromium, ``browser``, is a fixture of tests/conftest.py)
 
-
-@pytest.fixture(scope="module")
-def browser():
-    from tests.test_report_html_browser import ARGS, CHROMIUM
-
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip(f"headless Chromium not found at {CHROMIUM} (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="playwright not installed (pip install playwright)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.mark.realdata

@@ -7,8 +7,6 @@ Needs the Debian ``chromium`` package at /usr/bin/chromium (``.ci/run`` installs
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,10 +17,6 @@ from tests.conftest import realdata
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = os.environ.get("CLEANPIPE_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-
 # Strings that run code the moment markup is interpreted, each setting the hook or raising a
 # dialog: if escaping ever breaks, one of them fires.
 PAYLOADS = ["<script>window.__pwned = 'script';</script>",
@@ -32,18 +26,6 @@ PAYLOADS = ["<script>window.__pwned = 'script';</script>",
             "</pre></td></tr></table><script>window.__pwned='table'</script>",
             "<details open ontoggle=\"window.__pwned='details'\">",
             "<iframe srcdoc=\"<script>parent.__pwned='iframe'</script>\"></iframe>"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip(f"headless Chromium not found at {CHROMIUM} (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="playwright not installed (pip install playwright)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def _open(browser, path: Path, *, bypass_csp: bool = False):
