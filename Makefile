@@ -59,7 +59,7 @@ test: $(FULL) $(LF) $(PRECOMPILED) lint
 	$(PY) -m pytest -m "not slow" --durations=15 cleanpipe tests || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s"; exit $$status
 
-test-slow: $(FULL) $(LF)
+test-slow: $(FULL) $(LF) $(PRECOMPILED)
 	@start=$$(date +%s); status=0; \
 	$(PY) -m pytest -m slow tests || status=$$?; \
 	echo "make test-slow: wall time $$(( $$(date +%s) - start )) s"; exit $$status
