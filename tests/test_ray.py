@@ -32,6 +32,8 @@ from cleanpipe.engine.rows import QuarantineRows
 from cleanpipe.report import FILES
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import MinHashDedup
+from cleanpipe.templating.word_tokenizer import word_tokenizer_file
+from tests import written_totals
 from tests.conftest import realdata
 
 ray = pytest.importorskip("ray")
@@ -266,6 +268,26 @@ def test_yaml_engine_ray_runs_on_ray_from_python_and_cli(cluster, tmp_path: Path
     assert len(ray_dedup.RUNS) == runs + 2
     cli = json.loads((tmp_path / "cli-rd" / "report.json").read_text())
     assert cli["timing"]["engine"] == "ray" and cli["totals"] == rep["totals"]
+
+
+def test_after_token_totals_count_the_rows_written_on_ray(cluster, tmp_path: Path) -> None:
+    """The token stages' "after" figures on Ray: both dedups, grouped on the cluster, drop
+    rows after the token stages, and a stage rewrites some answers after they were measured;
+    the figures are the ``tokenizers`` count of the rows written, as on the local engine
+    (tests/test_report_written_totals.py)."""
+    tok = word_tokenizer_file(str(tmp_path))
+    src = written_totals.write_corpus(tmp_path / "in.jsonl")
+    runs = len(ray_dedup.RUNS)
+    rep = written_totals.pipeline(tok, grow=True).run(src, tmp_path / "ray", engine="ray")
+    assert len(ray_dedup.RUNS) == runs + 2  # both dedups grouped on the cluster
+    written = written_totals.written_rows(tmp_path / "ray")
+    dropped = [s["dropped"] for s in rep["stages"] if s["name"].endswith("dedup")]
+    assert len(written) == rep["totals"]["kept"] and min(dropped) > 0
+    assert written_totals.after_figures(rep) == {**written_totals.oracle(tok, written),
+                                                 "bounded": (0, 0)}
+    local = written_totals.pipeline(tok, grow=True).run(src, tmp_path / "local")
+    assert _comparable(rep)["stages"] == _comparable(local)["stages"]
+    assert written == written_totals.written_rows(tmp_path / "local")
 
 
 @pytest.mark.realdata

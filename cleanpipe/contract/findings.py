@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cleanpipe.contract.published import RowValues
+
 
 class Action(str, Enum):
     """What happens to a row when a check fires.
@@ -175,11 +177,19 @@ class BatchResult:
     Dropping is never done by the stage itself: record a finding with ``Action.DROP``.
     ``metrics`` are numbers or nested dicts of numbers that the engine sums over batches
     (histograms, totals) into the stage's section of the report.
+
+    ``per_row`` (a batch stage's; ``decide`` gives none) holds the stage's "after" figures
+    (:data:`~cleanpipe.contract.published.AFTER`) row by row, one value per row of the
+    batch as the stage passes it on (a rewritten row as rewritten). ``metrics`` still has
+    them summed over the rows the stage passes on (the figure of the stage used alone); the
+    engine reports instead the sum over the rows the run writes, which later stages (a
+    global dedup) may have thinned.
     """
 
     batch: pa.RecordBatch | None
     findings: Findings
     metrics: dict[str, Any] = field(default_factory=dict)
+    per_row: dict[str, RowValues] = field(default_factory=dict)
 
 
 def merge_metrics(into: dict[str, Any], new: dict[str, Any]) -> None:

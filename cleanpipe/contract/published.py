@@ -11,6 +11,11 @@ sparse ``{bucket lower edge: rows}`` maps, totals as ``{value, bounded_rows}``. 
 not depend on how rows were split into batches or workers. :func:`summary_of` turns the
 summed metrics into typed objects: sorted, complete buckets.
 
+An "after" figure (:data:`AFTER`) is about the rows the run writes, which a later stage (a
+global dedup) may still drop: a stage returns it per row too (:class:`RowValues`, in
+``BatchResult.per_row``), the engine carries those values with the rows it passes on and
+totals them over the rows written (:meth:`RowValues.metrics`), in place of the batch's own.
+
     >>> histogram_metrics([3, 40, 5000], bounded=[False, True, False])
     {'counts': {'0': 1, '32': 1, '4096': 1}, 'bounded': {'32': 1}}
     >>> h = Histogram.from_metrics({"counts": {"4096": 1, "0": 1, "32": 1, "1024": 1},
@@ -33,17 +38,17 @@ import numpy as np
 # -- names ------------------------------------------------------------------------------------
 #: tokens per row, of the rows that reach the stage (the sequence the trainer tokenizes)
 TOKENS_BEFORE = "tokens_before"
-#: tokens per row, of the rows the stage passes on (truncated rows at their new length)
+#: tokens per row, of the rows the run writes (truncated rows at their new length)
 TOKENS_AFTER = "tokens_after"
 #: rows per label value (valid labels)
 LABELS = "labels"
 #: occurrences per special-token string found inside the text
 SPECIAL_TOKENS = "special_tokens"
-#: tokens summed over the rows that reach the stage / that it passes on
+#: tokens summed over the rows that reach the stage / over the rows the run writes
 TOTAL_TOKENS_BEFORE = "total_tokens_before"
 TOTAL_TOKENS_AFTER = "total_tokens_after"
 #: supervised tokens (those the loss sees): untruncated, of the rows that reach the stage;
-#: within the window, of the rows it passes on
+#: within the window, of the rows the run writes
 SUPERVISED_TOKENS_BEFORE = "supervised_tokens_before"
 SUPERVISED_TOKENS_AFTER = "supervised_tokens_after"
 #: rows whose sequence could be built and measured (render errors excluded)
@@ -73,6 +78,10 @@ NAMES: Mapping[str, Kind] = {
     SUPERVISED_TOKENS_BEFORE: Kind.TOTAL, SUPERVISED_TOKENS_AFTER: Kind.TOTAL,
     ROWS_MEASURED: Kind.TOTAL, ROWS_OVER_WINDOW: Kind.TOTAL, SHARE_OVER_WINDOW: Kind.TOTAL,
 }
+
+#: The figures about the rows the stage passes on, which the report gives for the rows the
+#: run writes (a stage returns them per row, :class:`RowValues`)
+AFTER: frozenset[str] = frozenset({TOKENS_AFTER, TOTAL_TOKENS_AFTER, SUPERVISED_TOKENS_AFTER})
 
 #: Lower edges of the token-length buckets: bucket i holds ``TOKEN_EDGES[i] <= n <
 #: TOKEN_EDGES[i + 1]``, the last one every longer row.
@@ -162,6 +171,56 @@ class Summary:
 
     def totals(self) -> dict[str, Total]:
         return {k: v for k, v in self.values.items() if isinstance(v, Total)}
+
+
+@dataclass(frozen=True)
+class RowValues:
+    """One published figure per row of a batch, to be summed over the rows that are kept.
+
+    ``values[i]`` is row ``i``'s value (tokens, supervised tokens); ``bounded[i]``: placed by
+    a sound upper bound, not measured; ``counted[i]`` False: the row has no value (no
+    sequence could be built) and is left out of the figure. ``None`` means none bounded,
+    every row counted.
+
+        >>> v = RowValues(np.array([3, 40, 7]), bounded=np.array([False, True, False]))
+        >>> v.metrics(TOTAL_TOKENS_AFTER), v.take(np.array([0, 2])).metrics(TOTAL_TOKENS_AFTER)
+        ({'value': 50, 'bounded_rows': 1}, {'value': 10, 'bounded_rows': 0})
+        >>> v.metrics(TOKENS_AFTER)
+        {'counts': {'0': 2, '32': 1}, 'bounded': {'32': 1}}
+    """
+
+    values: np.ndarray
+    bounded: np.ndarray | None = None
+    counted: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def _mask(self, part: np.ndarray | None, default: bool) -> np.ndarray:
+        return np.full(len(self), default) if part is None else np.asarray(part, dtype=bool)
+
+    def take(self, rows: np.ndarray) -> RowValues:
+        """The values of ``rows`` (positions, or a boolean mask), in that order."""
+        return RowValues(np.asarray(self.values)[rows],
+                         None if self.bounded is None else np.asarray(self.bounded)[rows],
+                         None if self.counted is None else np.asarray(self.counted)[rows])
+
+    def put(self, rows: np.ndarray, new: RowValues) -> RowValues:
+        """A copy with the values at positions ``rows`` replaced by ``new``'s."""
+        values = np.array(self.values, dtype=np.int64)
+        bounded, counted = self._mask(self.bounded, False), self._mask(self.counted, True)
+        values[rows] = new.values
+        bounded[rows] = new._mask(new.bounded, False)
+        counted[rows] = new._mask(new.counted, True)
+        return RowValues(values, bounded, counted)
+
+    def metrics(self, name: str) -> dict[str, Any]:
+        """The summable metrics of published ``name`` over the counted rows."""
+        c = self._mask(self.counted, True)
+        v, b = np.asarray(self.values)[c], self._mask(self.bounded, False)[c]
+        if NAMES[name] is Kind.HISTOGRAM:
+            return histogram_metrics(v, b)
+        return total_metrics(int(v.sum()), int(b.sum()))
 
 
 # -- per-batch metrics ------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cleanpipe.contract.batch_context import BatchContext, FlatTexts
 from cleanpipe.contract.findings import Action, BatchResult, FindingChunk, Findings, TextResult
-from cleanpipe.contract.published import Summary, summary_of
+from cleanpipe.contract.published import RowValues, Summary, summary_of
 from cleanpipe.errors import CleanpipeError
 
 __all__ = [
@@ -148,6 +148,22 @@ class BatchStage(Stage):
 
     def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:  # pragma: no cover
         raise NotImplementedError
+
+    def measure_rows(self, batch: pa.RecordBatch) -> dict[str, RowValues]:
+        """The ``per_row`` figures of ``batch``'s rows exactly as they are, rewriting none.
+
+        The engine calls it on rows a later stage rewrote after this one measured them
+        (their measured values are stale) before it totals the rows written. The default
+        is ``process``'s own ``per_row``: right for a stage that rewrites nothing. A stage
+        that rewrites rows it measures (``context_length`` truncating) overrides it.
+
+            >>> from cleanpipe.stages.token_ids import TokenIdCheck
+            >>> stage = TokenIdCheck(vocab_size=10, attention_mask_field=None)
+            >>> b = pa.record_batch({"input_ids": [[1, 2, 3]], "labels": [[-100, 2, 3]]})
+            >>> {k: v.values.tolist() for k, v in sorted(stage.measure_rows(b).items())}
+            {'supervised_tokens_after': [2], 'tokens_after': [3], 'total_tokens_after': [3]}
+        """
+        return self.process(batch, BatchContext(batch)).per_row
 
     def __call__(self, data: Any) -> Any:
         from cleanpipe.contract.standalone import apply_batch_stage

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cleanpipe.contract.findings import merge_metrics
+from cleanpipe.contract.published import RowValues
 from cleanpipe.contract.stage import (
     Action,
     BatchContext,
@@ -28,7 +29,7 @@ from cleanpipe.contract.stage import (
     TextStage,
 )
 from cleanpipe.contract.text_fields import field_present, run_text_stage
-from cleanpipe.engine.rows import QuarantineRows, Rows
+from cleanpipe.engine.rows import QuarantineRows, RowFigures, Rows
 from cleanpipe.fields import FieldError, flatten_field
 
 MAX_EXAMPLES = 5
@@ -221,10 +222,21 @@ Applied = tuple[Rows, "QuarantineRows | None", StageBatchStats]
 
 def _act(stage: Stage, rows: Rows, data: pa.RecordBatch, findings: Findings,
          metrics: dict[str, Any], text_fields: list[str], flag_codes: bool,
-         t0: float) -> Applied:
-    """Take the stage's rewritten batch, act on its findings and count them."""
+         t0: float, index: int, per_row: dict[str, RowValues] | None = None) -> Applied:
+    """Take the stage's rewritten batch, act on its findings and count them. The figures
+    earlier stages measured go stale on the rows this one rewrites; the stage's own
+    ``per_row`` figures (stage ``index``) travel with the rows it keeps, in place of its
+    batch metrics of the same names (:class:`~cleanpipe.engine.rows.RowFigures`)."""
     n_in = rows.num_rows
-    rows = dataclasses.replace(rows, data=data)
+    figures = rows.figures
+    if figures is not None:
+        fixed = findings.positions(Action.FIX)
+        if fixed.size:
+            figures = figures.changed(fixed)
+    if per_row:
+        figures = (figures or RowFigures()).measured(index, per_row)
+        metrics = {k: v for k, v in metrics.items() if k not in per_row}
+    rows = dataclasses.replace(rows, data=data, figures=figures)
     kept, q = apply_findings(stage, rows, findings, flag_codes)
     stats = summarize(stage, findings, rows, n_in, kept.num_rows,
                       time.perf_counter() - t0, metrics, text_fields)
@@ -232,31 +244,34 @@ def _act(stage: Stage, rows: Rows, data: pa.RecordBatch, findings: Findings,
 
 
 def apply_stage(stage: Stage, rows: Rows, text_fields: list[str],
-                flag_codes: bool = False) -> Applied:
-    """Run a stateless stage (text or batch) on ``rows``."""
+                flag_codes: bool = False, *, index: int) -> Applied:
+    """Run a stateless stage (text or batch; the pipeline's stage ``index``) on ``rows``."""
     t0 = time.perf_counter()
     if rows.num_rows == 0:
         return rows, None, StageBatchStats()
+    per_row = None
     if isinstance(stage, TextStage):
         data, findings, metrics = run_text_stage(stage, rows.data, text_fields, rows.shard)
     elif isinstance(stage, BatchStage):
         res = stage.process(rows.data, BatchContext(rows.data, text_fields, rows.row_ids))
         data = res.batch if res.batch is not None else rows.data
-        findings, metrics = res.findings, res.metrics
+        findings, metrics, per_row = res.findings, res.metrics, res.per_row
     else:  # pragma: no cover - the engine routes global stages elsewhere
         raise TypeError(f"{stage.name} is not a stateless stage")
-    return _act(stage, rows, data, findings, metrics, text_fields, flag_codes, t0)
+    return _act(stage, rows, data, findings, metrics, text_fields, flag_codes, t0, index,
+                per_row)
 
 
 def apply_decide(stage: GlobalStage, rows: Rows, text_fields: list[str],
-                 flag_codes: bool = False) -> Applied:
-    """Second pass of a global stage on ``rows``."""
+                 flag_codes: bool = False, *, index: int) -> Applied:
+    """Second pass of a global stage (the pipeline's stage ``index``) on ``rows``."""
     t0 = time.perf_counter()
     if rows.num_rows == 0:
         return rows, None, StageBatchStats()
     res = stage.decide(rows.data, rows.seq, BatchContext(rows.data, text_fields, rows.row_ids))
     data = res.batch if res.batch is not None else rows.data
-    return _act(stage, rows, data, res.findings, res.metrics, text_fields, flag_codes, t0)
+    return _act(stage, rows, data, res.findings, res.metrics, text_fields, flag_codes, t0,
+                index)
 
 
 def histogram_of(counts: np.ndarray) -> list[int]:

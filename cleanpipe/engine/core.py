@@ -39,7 +39,8 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from cleanpipe.contract.stage import BatchContext, GlobalStage, Stage
+from cleanpipe.contract.findings import merge_metrics
+from cleanpipe.contract.stage import BatchContext, BatchStage, GlobalStage, Stage
 from cleanpipe.engine.apply import (
     CHAR_EDGES,
     StageBatchStats,
@@ -168,7 +169,7 @@ def decide_batch(stage: GlobalStage, idx: int, rows: Rows, text_fields: list[str
                  flag_codes: bool) -> tuple[Rows, DecidedBatch]:
     """``stage`` (the pipeline's stage ``idx``, finalized) deciding on ``rows``: the rows
     it keeps, and what it did to the others."""
-    kept, dropped, stats = apply_decide(stage, rows, text_fields, flag_codes)
+    kept, dropped, stats = apply_decide(stage, rows, text_fields, flag_codes, index=idx)
     return kept, DecidedBatch(idx, stats, dropped)
 
 
@@ -214,7 +215,7 @@ class SegmentWorker:
             hist_before = histogram_of(rows.chars)
         stats, quarantine = [], []
         for i in seg.stateless:
-            rows, q, st = apply_stage(self.stage(i), rows, fields, self.flag_codes)
+            rows, q, st = apply_stage(self.stage(i), rows, fields, self.flag_codes, index=i)
             stats.append((i, st))
             if q is not None:
                 quarantine.append(q)
@@ -232,8 +233,27 @@ class SegmentWorker:
         if seg.closing is None:
             fields_after = {}
             hist_after = histogram_of(char_counts(rows.data, fields, fields_after))
+            rows = self.remeasure(rows)
         return TaskResult(rows, stats, quarantine, prepared, hist_before, hist_after,
                           fields_before, fields_after)
+
+    def remeasure(self, rows: Rows) -> Rows:
+        """``rows`` (of the last segment: as they will be written) with the figures a stage
+        measured on rows a later stage rewrote since measured again, on the rows as they
+        are now (``BatchStage.measure_rows``): the totals of the rows written must be
+        those of the text written."""
+        if rows.figures is None:
+            return rows
+        figures = rows.figures
+        for i in list(figures.values):
+            stale = figures.stale_rows(i)
+            if stale.size:
+                stage = self.stage(i)
+                assert isinstance(stage, BatchStage)
+                fresh = stage.measure_rows(rows.data.take(pa.array(stale)))
+                figures = figures.remeasured(i, stale, fresh)
+        rows.figures = figures
+        return rows
 
     def warm(self, sample: pa.RecordBatch | None) -> None:
         """Set every stage up, then run each segment on a few of the input's own rows
@@ -321,6 +341,15 @@ class Run:
         if self.sinks.quarantine is not None:
             self.sinks.quarantine(q)
 
+    def written(self, rows: Rows) -> None:
+        """Count ``rows``, about to be written: the stages' "after" figures are totalled
+        over them (:class:`~cleanpipe.engine.rows.RowFigures`), so the report's "after"
+        is what the trainer trains on, whatever later stages dropped."""
+        self.state.kept += rows.num_rows
+        if rows.figures is not None:
+            for i, metrics in rows.figures.metrics().items():
+                merge_metrics(self.state.stage_stats[i].metrics, metrics)
+
     def take_stats(self, i: int, st: StageBatchStats) -> None:
         self.state.stage_stats[i].add(st)
         if st.events is not None and self.sinks.events is not None:
@@ -392,7 +421,7 @@ class Run:
                 self.merge(res, decided, ordered)
                 if g is None:
                     if res.rows.num_rows:
-                        state.kept += res.rows.num_rows
+                        self.written(res.rows)
                         if self.sinks.kept is not None:
                             self.sinks.kept(res.rows)
                         yield res.rows

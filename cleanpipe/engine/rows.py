@@ -2,15 +2,19 @@
 
 ``data`` is the current (possibly rewritten) batch, ``orig`` the same rows as read (what the
 quarantine stores), ``row_ids`` the stable id of each row and ``seq`` its position in read
-order. Every operation keeps the four aligned.
+order. Every operation keeps the four aligned, and the per-row values that travel with them
+and never reach the output (``chars``, ``flags``, ``figures``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from cleanpipe.contract.published import RowValues
 
 
 @dataclass
@@ -30,6 +34,8 @@ class Rows:
     #: events of the changes the reader made to these rows (``{}`` stored as null); they
     #: travel with the batch, like ``unreadable``, so the events file keeps read order
     read_events: pa.Table | None = None
+    #: stages' "after" figures per row (:class:`RowFigures`), totalled over the rows written
+    figures: RowFigures | None = None
 
     @property
     def num_rows(self) -> int:
@@ -41,8 +47,66 @@ class Rows:
             self.data.filter(mask), self.orig.filter(mask), self.row_ids.filter(mask),
             self.seq[keep], self.shard, None if self.flags is None else self.flags[keep],
             self.unreadable, None if self.chars is None else self.chars[keep],
-            self.read_events,
+            self.read_events, None if self.figures is None else self.figures.take_mask(keep),
         )
+
+
+@dataclass
+class RowFigures:
+    """The "after" figures of the stages that measured these rows, one value per row
+    (``BatchResult.per_row``), by stage index, carried with the rows to the output so the
+    report totals them over the rows written; and, per stage, the rows a later stage
+    rewrote since it measured them (:meth:`changed`): their values are stale until
+    :meth:`remeasured`.
+
+        >>> from cleanpipe.contract.published import RowValues
+        >>> f = RowFigures().measured(3, {"total_tokens_after": RowValues(np.array([5, 6, 7]))})
+        >>> f = f.changed(np.array([2])).take_mask(np.array([True, False, True]))
+        >>> f.stale_rows(3).tolist()
+        [1]
+        >>> f = f.remeasured(3, np.array([1]), {"total_tokens_after": RowValues(np.array([9]))})
+        >>> f.metrics()
+        {3: {'total_tokens_after': {'value': 14, 'bounded_rows': 0}}}
+    """
+
+    values: dict[int, dict[str, RowValues]] = field(default_factory=dict)
+    stale: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def take_mask(self, keep: np.ndarray) -> RowFigures:
+        return RowFigures({i: {k: v.take(keep) for k, v in per.items()}
+                           for i, per in self.values.items()},
+                          {i: s[keep] for i, s in self.stale.items()})
+
+    def measured(self, stage: int, per_row: dict[str, RowValues]) -> RowFigures:
+        """With stage ``stage``'s values of every row, fresh."""
+        n = len(next(iter(per_row.values())))
+        return RowFigures({**self.values, stage: dict(per_row)},
+                          {**self.stale, stage: np.zeros(n, dtype=bool)})
+
+    def changed(self, positions: np.ndarray) -> RowFigures:
+        """With the rows at ``positions`` rewritten: every value so far stale on them."""
+        stale = {}
+        for i, s in self.stale.items():
+            s = s.copy()
+            s[positions] = True
+            stale[i] = s
+        return RowFigures(self.values, stale)
+
+    def stale_rows(self, stage: int) -> np.ndarray:
+        """Positions of the rows rewritten after stage ``stage`` measured them."""
+        return np.flatnonzero(self.stale[stage])
+
+    def remeasured(self, stage: int, positions: np.ndarray,
+                   per_row: dict[str, RowValues]) -> RowFigures:
+        """With stage ``stage``'s values of the rows at ``positions`` measured again."""
+        stale = self.stale[stage].copy()
+        stale[positions] = False
+        values = {k: v.put(positions, per_row[k]) for k, v in self.values[stage].items()}
+        return RowFigures({**self.values, stage: values}, {**self.stale, stage: stale})
+
+    def metrics(self) -> dict[int, dict[str, Any]]:
+        """Each stage's figures as summable metrics (``RowValues.metrics``), over these rows."""
+        return {i: {k: v.metrics(k) for k, v in per.items()} for i, per in self.values.items()}
 
 
 @dataclass

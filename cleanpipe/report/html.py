@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from cleanpipe.report import tokens
 from cleanpipe.report.text import codepoint_label, diff_snippets, visible
 from cleanpipe.report.tokens import BOUND_NOTE, any_bounded, token_figures, total_text
 
@@ -160,7 +161,8 @@ def _codepoints(report: dict[str, Any]) -> dict[str, float]:
 def _token_series(d: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
     """Before and after; and, where rows were placed by an upper bound of their length
     instead of being tokenized, those rows as a series of their own."""
-    series = [("before", d.get("tokens_before"), BEFORE), ("after", d.get("tokens_after"), AFTER)]
+    series = [(tokens.BEFORE_HEADING, d.get("tokens_before"), BEFORE),
+              (tokens.AFTER_HEADING, d.get("tokens_after"), AFTER)]
     before = d.get("tokens_before") or {}
     if any(before.get("bounded") or ()):
         series.append(("before, placed by a bound", {"edges": before["edges"],
@@ -204,8 +206,7 @@ def _tokens(report: dict[str, Any]) -> str:
     rows = [[esc(f.stage), esc(f.figure), esc(total_text(f.before)), esc(total_text(f.after))]
             for f in figures]
     return ("<section><h2>Tokens</h2>"
-            + _table(["stage", "figure", "before (rows reaching the stage)",
-                      "after (rows it passed on)"], rows, "num")
+            + _table(list(tokens.COLUMNS), rows, "num")
             + (f'<p class="note">{esc(BOUND_NOTE)}</p>' if any_bounded(figures) else "")
             + "</section>")
 

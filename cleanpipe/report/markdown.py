@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from cleanpipe.report.text import diff_snippets, visible
-from cleanpipe.report.tokens import BOUND_NOTE, any_bounded, token_figures, total_text
+from cleanpipe.report.tokens import BOUND_NOTE, COLUMNS, any_bounded, token_figures, total_text
 
 __all__ = ["cell", "render_markdown"]
 
@@ -106,7 +106,7 @@ def render_markdown(report: dict[str, Any], *, max_examples: int = 10,
     if figures:
         out.append("### Tokens")
         out.append("")
-        out += _table(["stage", "figure", "before", "after"],
+        out += _table(list(COLUMNS),
                       [[cell(f.stage), cell(f.figure), total_text(f.before),
                         total_text(f.after)] for f in figures])
         if any_bounded(figures):

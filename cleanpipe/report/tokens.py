@@ -1,5 +1,8 @@
 """The token figures of a report, for the renderers: a row per stage and figure, with its
-value before (rows reaching the stage) and after (rows it passed on).
+value before (the rows reaching the stage) and after (the rows the run wrote to the cleaned
+dataset, whatever later stages dropped: what the trainer trains on), under the
+:data:`BEFORE_HEADING` and :data:`AFTER_HEADING` headings of the table's
+:data:`COLUMNS`.
 
     >>> rows = token_figures({"stages": [{"name": "context_length", "totals": {
     ...     "total_tokens_after": {"value": 90, "bounded_rows": 0},
@@ -21,7 +24,14 @@ from typing import Any
 
 from cleanpipe.contract.published import NAMES
 
-__all__ = ["BOUND_NOTE", "TokenFigure", "any_bounded", "token_figures", "total_text"]
+__all__ = ["AFTER_HEADING", "BEFORE_HEADING", "BOUND_NOTE", "COLUMNS", "TokenFigure",
+           "any_bounded", "token_figures", "total_text"]
+
+#: the headings of the two value columns, saying which rows each counts
+BEFORE_HEADING = "before: rows reaching the stage"
+AFTER_HEADING = "after: rows written"
+#: the renderers' table: one row per :class:`TokenFigure`
+COLUMNS = ("stage", "figure", BEFORE_HEADING, AFTER_HEADING)
 
 BOUND_NOTE = ("≤: an upper bound; rows proven to fit the window were not tokenized (set "
               "exact_counts: true on the stage to measure every row).")

@@ -10,12 +10,13 @@ Actions for ``too_long``: ``drop`` (default), ``flag``, ``fail``, or ``fix`` = t
 last answer so the sequence fits, only where some of that answer survives; a record whose
 prompt alone fills the window is dropped.
 
-The report gets the token length of every row that reaches the stage and of every row it
-passes on (:mod:`cleanpipe.contract.published`). A row proven short by its size alone is
-placed by that proof, a sound upper bound of its length, and counted as bounded (the chart
-shows those apart, and a total including one is marked as an upper bound): tokenizing it only
-to place it would cost the time the proof saves. A row proven short after encoding some of
-its pieces is counted (see ``_place_short``). ``exact_counts: true`` measures every row.
+The report gets the token length of every row that reaches the stage and of every row the
+run writes, whatever later stages drop (:mod:`cleanpipe.contract.published`). A row proven
+short by its size alone is placed by that proof, a sound upper bound of its length, and
+counted as bounded (the chart shows those apart, and a total including one is marked as an
+upper bound): tokenizing it only to place it would cost the time the proof saves. A row
+proven short after encoding some of its pieces is counted (see ``_place_short``).
+``exact_counts: true`` measures every row.
 
 With a ``trainer`` profile (``trl``, ``llamafactory``, ``axolotl``) the length counted is
 the one that trainer builds, and the window is its own option (``max_length``,
@@ -40,6 +41,9 @@ from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings
 from cleanpipe.fields import flatten_field, rebuild_field
 from cleanpipe.templating.profiles import AxolotlTrainer
 from cleanpipe.templating.sequences import template_response
+
+#: what the stage also gives per row: the engine totals them over the rows the run writes
+_PER_ROW = (pub.TOKENS_AFTER, pub.TOTAL_TOKENS_AFTER)
 
 
 class ContextLength(SequenceStage):
@@ -112,8 +116,17 @@ class ContextLength(SequenceStage):
         elif long_rows.size:
             found.add(long_rows, "too_long", act, detail=[
                 f"{m.counts[i]} tokens > {self.max_length}" for i in long_rows])
-        metrics = self._metrics(m, found, long_rows.size, truncated, out_batch)
-        return BatchResult(out_batch, found, metrics)
+        metrics, after = self._metrics(m, found, long_rows.size, truncated, out_batch)
+        return BatchResult(out_batch, found, metrics, per_row=dict.fromkeys(_PER_ROW, after))
+
+    def measure_rows(self, batch: pa.RecordBatch) -> dict[str, pub.RowValues]:
+        """Token lengths of ``batch``'s rows as they are: none truncated, even those over the
+        window (the default would give a truncated row's length, not the row's)."""
+        if self.profile.name != "plain":
+            return super().measure_rows(batch)  # trainer profiles rewrite nothing
+        assert self.max_length is not None
+        return dict.fromkeys(_PER_ROW, self._lengths(
+            self.measure(batch, self.max_length, exact=self.exact_counts)))
 
     def _process_trained(self, batch: pa.RecordBatch) -> BatchResult:
         """Lengths as the profile's trainer builds them; every row is tokenized."""
@@ -146,14 +159,23 @@ class ContextLength(SequenceStage):
             pub.TOTAL_TOKENS_AFTER: pub.total_metrics(int(lengths[kept].sum())),
             pub.ROWS_MEASURED: pub.total_metrics(int(measured.sum())),
             pub.ROWS_OVER_WINDOW: pub.total_metrics(int(long_rows.size)),
-        })
+        }, per_row=dict.fromkeys(_PER_ROW, pub.RowValues(lengths, None, measured)))
 
-    def _metrics(self, m: Measured, found: Findings, n_long: int, truncated: list[int],
-                 out_batch: pa.RecordBatch | None) -> dict[str, Any]:
+    def _lengths(self, m: Measured) -> pub.RowValues:
+        """Each row's token length (0 and not counted: no sequence), placed by a bound where
+        :meth:`_place_short` places it."""
         measured = ~np.asarray(m.rendered.texts.is_null().to_numpy(zero_copy_only=False),
                                dtype=bool)
         before = np.where(m.counts >= 0, m.counts, 0)
         bounded = self._place_short(m, measured, before)
+        return pub.RowValues(before, bounded, measured)
+
+    def _metrics(self, m: Measured, found: Findings, n_long: int, truncated: list[int],
+                 out_batch: pa.RecordBatch | None) -> tuple[dict[str, Any], pub.RowValues]:
+        """The batch's metrics, and the lengths of its rows as the stage passes them on."""
+        lengths = self._lengths(m)
+        before, bounded, measured = lengths.values, lengths.bounded, lengths.counted
+        assert bounded is not None and measured is not None
         after = before.copy()
         if truncated:
             assert out_batch is not None
@@ -175,7 +197,7 @@ class ContextLength(SequenceStage):
                                                       int(bounded[kept].sum())),
             pub.ROWS_MEASURED: pub.total_metrics(int(measured.sum())),
             pub.ROWS_OVER_WINDOW: pub.total_metrics(int(n_long)),
-        }
+        }, pub.RowValues(after, bounded, measured)
 
     def _place_short(self, m: Measured, measured: np.ndarray, lengths: np.ndarray
                      ) -> np.ndarray:

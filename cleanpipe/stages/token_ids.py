@@ -8,7 +8,7 @@ embedding is a bug waiting for the first rare token.
 
 The report gets every row's length (its ``input_ids``) and the supervised tokens (labels other
 than ``ignore_index``; without a labels column, every token, as a causal-LM collator copies
-``input_ids`` to the labels), of the rows that reach the stage and of those it passes on.
+``input_ids`` to the labels), of the rows that reach the stage and of those the run writes.
 """
 
 from __future__ import annotations
@@ -152,4 +152,6 @@ class TokenIdCheck(BatchStage):
             pub.SUPERVISED_TOKENS_BEFORE: pub.total_metrics(int(supervised.sum())),
             pub.SUPERVISED_TOKENS_AFTER: pub.total_metrics(int(supervised[kept].sum())),
         })
-        return BatchResult(None, found, metrics)
+        return BatchResult(None, found, metrics, per_row={
+            pub.TOKENS_AFTER: pub.RowValues(lens), pub.TOTAL_TOKENS_AFTER: pub.RowValues(lens),
+            pub.SUPERVISED_TOKENS_AFTER: pub.RowValues(supervised)})

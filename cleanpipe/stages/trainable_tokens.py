@@ -8,7 +8,8 @@ Supervised tokens are those overlapping an assistant turn (chat) or the response
 (template); the end-of-turn token is not counted, so an empty answer counts 0.
 
 The report gets the supervised tokens of the rows that reach the stage (untruncated) and of
-those it passes on (within the window): the figure to compare with the trainer's log. A row
+the rows the run writes (within the window, whatever later stages drop): the figure to
+compare with the trainer's log. A row
 the byte-level proof passes without tokenizing enters with a sound upper bound, the UTF-8
 bytes of its answer (each token overlapping the answer holds at least one of them), and the
 total is then marked as an upper bound; ``exact_counts: true`` tokenizes every row.
@@ -121,7 +122,7 @@ class TrainableTokens(SequenceStage):
                                                             int(bounded[ok].sum())),
             pub.SUPERVISED_TOKENS_AFTER: pub.total_metrics(int(within[kept].sum()),
                                                            int(bounded[kept].sum())),
-        })
+        }, per_row={pub.SUPERVISED_TOKENS_AFTER: pub.RowValues(within, bounded, ok)})
 
     def judge(self, t: Trained) -> BatchResult:
         """The findings for rows already built by :meth:`trained` (trainer profiles)."""
@@ -159,4 +160,4 @@ class TrainableTokens(SequenceStage):
             "reasons": dict(Counter(reason(i) for i in bad)),
             pub.SUPERVISED_TOKENS_BEFORE: pub.total_metrics(int(trainable[ok].sum())),
             pub.SUPERVISED_TOKENS_AFTER: pub.total_metrics(int(trainable[kept].sum())),
-        })
+        }, per_row={pub.SUPERVISED_TOKENS_AFTER: pub.RowValues(trainable, None, ok)})
