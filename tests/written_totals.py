@@ -72,9 +72,10 @@ def write_corpus(path: Path) -> Path:
 
 
 def pipeline(tokenizer: str, *, exact: bool = True, grow: bool = False,
-             batch_size: int = 7) -> Pipeline:
+             minhash: bool = True, batch_size: int = 7) -> Pipeline:
     """context_length (truncating) and trainable_tokens, then (optionally) a rewrite of some
-    answers, then both dedup stages, which drop rows the token stages passed on."""
+    answers, then exact_dedup and (optionally) minhash_dedup, which drop rows the token
+    stages passed on."""
     stages: list[Any] = [
         ContextLength(tokenizer=tokenizer, template=TEMPLATE, max_length=WINDOW,
                       exact_counts=exact, actions={"too_long": Action.FIX}),
@@ -83,7 +84,9 @@ def pipeline(tokenizer: str, *, exact: bool = True, grow: bool = False,
     ]
     if grow:
         stages.append(GrowAnswer(fields=["output"]))
-    stages += [ExactDedup(), MinHashDedup(threshold=0.7, num_perm=64)]
+    stages.append(ExactDedup())
+    if minhash:
+        stages.append(MinHashDedup(threshold=0.7, num_perm=64))
     return Pipeline(stages=stages, fields=FIELDS, batch_size=batch_size)
 
 
