@@ -26,6 +26,9 @@ from cleanpipe.stages.trainable_tokens import TrainableTokens
 from cleanpipe.templating.word_tokenizer import word_tokenizer_file
 from tests.conftest import realdata
 from tests.written_totals import (
+    GROWN,
+    TEMPLATE,
+    WINDOW,
     after_figures,
     oracle,
     pipeline,
@@ -83,8 +86,10 @@ def test_after_totals_count_the_rows_written_after_dedup(tokenizer: str, exact: 
 def test_a_row_rewritten_after_the_token_stages_is_counted_as_written(
         tokenizer: str, tmp_path) -> None:
     run = _run(pipeline(tokenizer, grow=True), write_corpus(tmp_path / "in.jsonl"), tmp_path)
-    grown = [r for r in run.written if r["output"].endswith("one two three")]
+    grown = [r for r in run.written if r["output"].endswith(GROWN)]
     assert len(grown) == 2
+    # one grown row is now over the window: counted whole, as written, not truncated
+    assert max(len(TEMPLATE.format(**r).split()) for r in grown) > WINDOW
     assert after_figures(run.report) == {**oracle(tokenizer, run.written), "bounded": (0, 0)}
 
 

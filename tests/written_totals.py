@@ -28,11 +28,14 @@ from cleanpipe.stages.trainable_tokens import TrainableTokens
 TEMPLATE = "{prompt} {output}"
 WINDOW = 12
 FIELDS = ["prompt", "output"]
+#: what :class:`GrowAnswer` appends
+GROWN = "one two three four five six"
 
 
 class GrowAnswer(TextStage):
-    """Appends three words to every answer holding ``grow``: a rewrite after the token
-    stages measured the row, so their figures of it are stale."""
+    """Appends six words to every answer holding ``grow``: a rewrite after the token
+    stages measured the row, so their figures of it are stale (and one grown row no longer
+    fits the window: written as it is, counted as it is)."""
 
     name = "_test_grow_answer"
     codes = {"grow": Action.FIX}
@@ -41,7 +44,7 @@ class GrowAnswer(TextStage):
         f = Findings(self.name)
         hit = pc.fill_null(pc.match_substring(texts, "grow"), False)
         f.add(hit, "grow", self.action_of("grow"))
-        grown = pc.if_else(hit, pc.binary_join_element_wise(texts, "one two three", " "),
+        grown = pc.if_else(hit, pc.binary_join_element_wise(texts, GROWN, " "),
                            texts)
         return TextResult(grown, f, {})
 
@@ -61,7 +64,7 @@ def corpus() -> list[dict[str, str]]:
     rows += [{"prompt": "long one", "output": " ".join(f"l{j}" for j in range(30))},
              {"prompt": "long two", "output": " ".join(f"m{j}" for j in range(9))}]
     rows += [{"prompt": "please grow", "output": "grow a bit"},
-             {"prompt": "grow again", "output": "grow more words"},
+             {"prompt": "grow again", "output": "grow more words here please"},
              {"prompt": "no answer", "output": ""}]
     return rows
 

@@ -207,8 +207,9 @@ class RowValues:
 
     def put(self, rows: np.ndarray, new: RowValues) -> RowValues:
         """A copy with the values at positions ``rows`` replaced by ``new``'s."""
-        values = np.array(self.values, dtype=np.int64)
-        bounded, counted = self._mask(self.bounded, False), self._mask(self.counted, True)
+        values = np.array(self.values, dtype=np.int64)  # copies: this one stays as it is
+        bounded = np.array(self._mask(self.bounded, False))
+        counted = np.array(self._mask(self.counted, True))
         values[rows] = new.values
         bounded[rows] = new._mask(new.bounded, False)
         counted[rows] = new._mask(new.counted, True)

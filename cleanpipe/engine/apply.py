@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cleanpipe.contract.findings import merge_metrics
-from cleanpipe.contract.published import RowValues
+from cleanpipe.contract.published import AFTER, RowValues
 from cleanpipe.contract.stage import (
     Action,
     BatchContext,
@@ -234,6 +234,9 @@ def _act(stage: Stage, rows: Rows, data: pa.RecordBatch, findings: Findings,
         if fixed.size:
             figures = figures.changed(fixed)
     if per_row:
+        if not set(per_row) <= AFTER:
+            raise TypeError(f"{stage.name}: per_row holds {sorted(set(per_row) - AFTER)},"
+                            f" not figures of the rows passed on ({sorted(AFTER)})")
         figures = (figures or RowFigures()).measured(index, per_row)
         metrics = {k: v for k, v in metrics.items() if k not in per_row}
     rows = dataclasses.replace(rows, data=data, figures=figures)

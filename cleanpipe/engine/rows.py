@@ -3,7 +3,7 @@
 ``data`` is the current (possibly rewritten) batch, ``orig`` the same rows as read (what the
 quarantine stores), ``row_ids`` the stable id of each row and ``seq`` its position in read
 order. Every operation keeps the four aligned, and the per-row values that travel with them
-and never reach the output (``chars``, ``flags``, ``figures``).
+(``flags``; ``chars`` and ``figures``, which no written file holds).
 """
 
 from __future__ import annotations
