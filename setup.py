@@ -43,9 +43,11 @@ class BuildPyWithKernels(build_py):
         for stale in target.glob(BUILT):  # from an earlier build in the same folder
             stale.unlink()
         with tempfile.TemporaryDirectory(prefix="cleanpipe-build-") as scratch:
-            # the build imports the copied package only; it writes no bytecode into what
-            # ships, no numba cache into the builder's home, and leaves no temporary files
-            env = {**os.environ, "PYTHONPATH": str(Path(self.build_lib).resolve()),
+            # the copied package comes first on the path (a build environment's own entries
+            # stay: they hold numba); no bytecode written into what ships, no numba cache
+            # into the builder's home, no temporary files left
+            path = [str(Path(self.build_lib).resolve()), os.environ.get("PYTHONPATH", "")]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path)),
                    "PYTHONDONTWRITEBYTECODE": "1", "NUMBA_CACHE_DIR": scratch,
                    "TMPDIR": scratch}
             env.pop("CLEANPIPE_PRECOMPILED", None)

@@ -12,6 +12,7 @@ registry is needed; what it imports as ``cleanpipe`` is the installed wheel's co
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,10 @@ def venv_with_wheel(folder: Path, wheel: Path) -> Path:
                              check=True).stdout.strip()
     (Path(purelib) / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
                                                    encoding="utf-8")
+    # --ignore-installed: the project's own cleanpipe (seen through the .pth file) is
+    # another environment's, never to be uninstalled from here
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
+                    "--no-deps", "--no-index", "--ignore-installed", str(wheel)], env=env,
+                   check=True, timeout=300)
     return python
