@@ -29,7 +29,7 @@ def test_wheel_ships_kernels_and_its_fresh_install_compiles_nothing(tmp_path: Pa
     assert not wheel.name.endswith("-none-any.whl")  # a compiled module: tagged for platform
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if "__pycache__" in n or n.endswith((".nbi", ".nbc"))]
-    assert "precompiled 15 kernels into" in log
+    assert re.search(r"precompiled [1-9]\d* kernels into", log), log[-3000:]
 
     python = venv_with_wheel(tmp_path / "venv", wheel)
     home = tmp_path / "home"
