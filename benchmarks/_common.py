@@ -216,9 +216,13 @@ def measure(
     cwd: Path | str | None = None,
     timeout: float | None = None,
     interval: float = 0.1,
+    inherit: bool = True,
 ) -> Measurement:
-    """Run ``cmd`` in a fresh subprocess; wall time, peak tree PSS and max single RSS."""
-    full_env = {**os.environ, **(env or {})}
+    """Run ``cmd`` in a fresh subprocess; wall time, peak tree PSS and max single RSS.
+
+    ``env`` is added to this process's environment, or with ``inherit=False`` is the whole
+    environment (to leave variables out)."""
+    full_env = {**os.environ, **(env or {})} if inherit else dict(env or {})
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         load0 = os.getloadavg()[0]
         t0 = time.perf_counter()

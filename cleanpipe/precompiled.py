@@ -2,8 +2,9 @@
 
 Every numba kernel costs ~0.5-3 s to compile on first use, and a run of ``cleanpipe check``
 on a fresh CI runner (empty caches) used to spend ~15 s of its ~19 s compiling. The entry
-points Python calls are marked with :func:`ahead_of_time` and a numba signature; ``make
-setup`` (``python -m cleanpipe.precompiled``) compiles them all with ``numba.pycc`` into one
+points Python calls are marked with :func:`ahead_of_time` and a numba signature; building
+the wheel (``setup.py``, so ``pip install`` ships them) or ``make setup`` in a checkout
+(``python -m cleanpipe.precompiled``) compiles them all with ``numba.pycc`` into one
 extension module, ``cleanpipe/_precompiled.*.so``, from the very same Python source, so
 results are identical by construction (and ``tests/test_precompiled.py`` checks it on real
 data and adversarial inputs).

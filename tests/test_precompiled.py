@@ -5,8 +5,6 @@ text, and whole pipeline runs compared byte by byte."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from read_only_install import read_only_copy
+from read_only_install import read_only_copy, small_run
 
 from cleanpipe import precompiled
 from cleanpipe.dedup import kernels, part_kernels
@@ -199,25 +197,8 @@ def test_fresh_read_only_install_compiles_nothing(tmp_path: Path) -> None:
     site = read_only_copy(tmp_path)
     home = tmp_path / "home"
     home.mkdir()
-    script = ("import json, numba\n"
-              "from cleanpipe.stages.minhash_dedup import MinHashDedup\n"
-              "from cleanpipe.stages.whitespace import Whitespace\n"
-              "rows = {'text': ['the quick brown fox jumps over the lazy dog by the bank',\n"
-              "                 'the quick brown fox jumps over the lazy dog by the bank!',\n"
-              "                 'something  else entirely ']}\n"
-              "kept = MinHashDedup(fields=['text'], threshold=0.7)(rows)['text']\n"
-              "fixed = Whitespace(action='fix')(rows['text'])\n"
-              "from cleanpipe.precompiled import _KERNELS\n"
-              "compiled = [k for k, v in _KERNELS.items() if v.dispatcher.overloads]\n"
-              "print(json.dumps({'kept': kept, 'fixed': fixed, 'compiled': compiled}))\n")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NUMBA_", "CLEANPIPE_PRECOMPILED"))}
-    env.update(PYTHONPATH=str(site), HOME=str(home), XDG_CACHE_HOME=str(home / "xdg"),
-               PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(home),
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = small_run(sys.executable, home, pythonpath=site)
+    assert got["package"].startswith(str(site)) and got["twins"]
     assert got["compiled"] == []
     assert len(got["kept"]) == 2 and len(got["fixed"]) == 3
     assert not list(home.rglob("*.nbi")) and not list(site.rglob("*.nbi"))
