@@ -224,10 +224,14 @@ def _ensure_ray(address: str | None, workers: int | None) -> Any:
     return ray
 
 
+#: rows a task gets at least (fewer when the pipeline's batch_size is smaller): Ray's
+#: per-task overhead is milliseconds, a small file's work less; more rows per task would
+#: leave CPUs idle at each segment's end (a global stage waits for the segment's last task)
+TASK_ROWS = 1024
+
+
 class Groups:
-    """Consecutive chunks gathered into task-sized envelopes of at least ``rows`` rows
-    (t0's files are a few hundred rows each: a task per file would cost more in Ray's
-    per-task overhead than the work it does)."""
+    """Consecutive chunks gathered into task-sized envelopes of at least ``rows`` rows."""
 
     def __init__(self, rows: int) -> None:
         self.rows = rows
@@ -250,6 +254,10 @@ class Groups:
         return env
 
 
+def task_rows(spec: PipelineSpec) -> int:
+    return min(spec.batch_size, TASK_ROWS)
+
+
 class RayEngine:
     """:class:`cleanpipe.engine.core.Engine` on Ray tasks: every segment is a stream of
     tasks over envelopes of consecutive chunks (a few in flight per CPU), the stage list
@@ -270,7 +278,7 @@ class RayEngine:
         self.parts = parts
         self.cluster_grouping_bytes = cluster_grouping_bytes
         self.decide_idx: int | None = None
-        self.held = Groups(run.spec.batch_size)
+        self.held = Groups(task_rows(run.spec))
         self.refs: list[Any] = []
         self.first_seqs: list[int] = []
 
@@ -321,7 +329,7 @@ class RayEngine:
         else:
             self.inputs = self.refs
         self.decide_idx = idx
-        self.held = Groups(self.run.spec.batch_size)
+        self.held = Groups(task_rows(self.run.spec))
         self.refs, self.first_seqs = [], []
 
 
@@ -366,7 +374,7 @@ def _rows(ray: Any, run: Run, source: Any, cpus: int, parts: int,
             break
 
     def inputs() -> Iterator[pa.Table]:
-        groups = Groups(run.spec.batch_size)
+        groups = Groups(task_rows(run.spec))
         for rows in chain(head, rows_iter):
             env = groups.add(rows, rows.num_rows)
             if env is not None:
