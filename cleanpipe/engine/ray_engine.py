@@ -149,10 +149,10 @@ class SegmentMapper:
         self.seg_i = seg_i
         self.decide_idx = decide_idx
 
-    def __call__(self, batch: pa.Table) -> list[tuple[int, Any]]:
+    def __call__(self, chunks: pa.Table | list[tuple[int, Any]]) -> list[tuple[int, Any]]:
         w = self.worker
         out = []
-        for i, obj in open_envelope(batch):
+        for i, obj in open_envelope(chunks) if isinstance(chunks, pa.Table) else chunks:
             decided = None
             rows = obj
             if isinstance(obj, Decided):
@@ -172,11 +172,12 @@ class SegmentMapper:
 _MAPPERS: dict[str, SegmentMapper] = {}
 
 
-def map_chunks(key: str, stages: list[Any], chunks: pa.Table,
+def map_chunks(key: str, stages: list[Any], chunks: pa.Table | list[tuple[int, Any]],
                **kwargs: Any) -> list[tuple[int, Any]]:
-    """Ray task: run the chunks of one envelope through the cached :class:`SegmentMapper`
-    of ``key``. ``stages`` is ``[ref]`` of the pickled stage list: nested, so Ray does not
-    fetch it for every task, only a process that has no mapper for ``key`` yet does."""
+    """Ray task: run ``chunks`` (``(chunk index, Rows or Decided)`` pairs, or their
+    envelope) through the cached :class:`SegmentMapper` of ``key``. ``stages`` is ``[ref]``
+    of the pickled stage list: nested, so Ray does not fetch it for every task, only a
+    process that has no mapper for ``key`` yet does."""
     m = _MAPPERS.get(key)
     if m is None:
         import ray
@@ -231,27 +232,30 @@ TASK_ROWS = 1024
 
 
 class Groups:
-    """Consecutive chunks gathered into task-sized envelopes of at least ``rows`` rows."""
+    """Consecutive chunks gathered into task-sized groups of at least ``rows`` rows: lists
+    of ``(chunk index, Rows)``, which Ray serializes with the Arrow buffers out of band (one
+    copy into the object store), or envelopes (``as_envelope``), which Ray Data can join."""
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, as_envelope: bool = False) -> None:
         self.rows = rows
+        self.as_envelope = as_envelope
         self.items: list[tuple[int, Any]] = []
         self.n = 0
         self.count = 0  # chunks gathered so far, over all envelopes
 
-    def add(self, obj: Any, n_rows: int) -> pa.Table | None:
-        """Add one chunk; returns an envelope once enough rows are gathered."""
+    def add(self, obj: Any, n_rows: int) -> Any:
+        """Add one chunk; returns a group once enough rows are gathered."""
         self.items.append((self.count, obj))
         self.count += 1
         self.n += n_rows
         return self.flush() if self.n >= self.rows else None
 
-    def flush(self) -> pa.Table | None:
-        """The envelope of the chunks gathered since the last one (``None`` if none)."""
+    def flush(self) -> Any:
+        """The group of the chunks gathered since the last one (``None`` if none)."""
         if not self.items:
             return None
-        env, self.items, self.n = envelope(self.items), [], 0
-        return env
+        group, self.items, self.n = self.items, [], 0
+        return envelope(group) if self.as_envelope else group
 
 
 def task_rows(spec: PipelineSpec) -> int:
@@ -309,27 +313,30 @@ class RayEngine:
             yield decided, res
 
     def grouping(self, stage: GlobalStage) -> Grouping | None:
-        if self.run.state.input_bytes <= self.cluster_grouping_bytes:
-            return None  # a small index: the stage observes and finalizes on the driver
-        return distributed(stage, self.ray, self.parts)
+        g = None
+        if self.run.state.input_bytes > self.cluster_grouping_bytes:
+            g = distributed(stage, self.ray, self.parts)
+        # else a small index: the stage observes and finalizes on the driver
+        # held rows are joined with a distributed grouping's decisions by Ray Data
+        self.held = Groups(task_rows(self.run.spec), as_envelope=g is not None)
+        return g
 
     def hold(self, rows: Rows) -> None:
         self.first_seqs.append(int(rows.seq[0]))
-        env = self.held.add(rows, rows.num_rows)
-        if env is not None:
-            self.refs.append(self.ray.put(env))
+        group = self.held.add(rows, rows.num_rows)
+        if group is not None:
+            self.refs.append(self.ray.put(group))
 
     def second_pass(self, idx: int, decisions: Any) -> None:
-        env = self.held.flush()
-        if env is not None:
-            self.refs.append(self.ray.put(env))
+        group = self.held.flush()
+        if group is not None:
+            self.refs.append(self.ray.put(group))
         if decisions is not None and self.refs:
             joined = join_decisions(self.ray, self.refs, self.first_seqs, decisions, self.parts)
             self.inputs = joined.to_arrow_refs()
         else:
             self.inputs = self.refs
         self.decide_idx = idx
-        self.held = Groups(task_rows(self.run.spec))
         self.refs, self.first_seqs = [], []
 
 
@@ -373,14 +380,14 @@ def _rows(ray: Any, run: Run, source: Any, cpus: int, parts: int,
         if r.num_rows:
             break
 
-    def inputs() -> Iterator[pa.Table]:
+    def inputs() -> Iterator[list[tuple[int, Rows]]]:
         groups = Groups(task_rows(run.spec))
         for rows in chain(head, rows_iter):
-            env = groups.add(rows, rows.num_rows)
-            if env is not None:
-                yield env
-        env = groups.flush()
-        if env is not None:
-            yield env
+            group = groups.add(rows, rows.num_rows)
+            if group is not None:
+                yield group
+        group = groups.flush()
+        if group is not None:
+            yield group
 
     yield from run.rows(RayEngine(ray, run, inputs(), cpus, parts, cluster_grouping_bytes))
