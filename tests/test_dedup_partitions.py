@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from cleanpipe.contract.stage import BatchContext
@@ -34,7 +33,6 @@ def _shuffle_strategy(monkeypatch):
             ds.context.shuffle_strategy = "sort_shuffle_pull_based"
 
         monkeypatch.setattr(ray_shuffle, "use_sort_shuffle", mark)
-        monkeypatch.setattr(ray_dedup, "use_sort_shuffle", mark)
 
 
 # -- a stand-in for the bits of Ray Data the driver logic uses -----------------------------
@@ -72,12 +70,6 @@ class FakeDataset:
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.blocks)
-
-    def sum(self, column: str) -> int | None:
-        self._check_sort_shuffle()
-        if not self.count():
-            return None
-        return sum(int(pc.sum(b.column(column)).as_py() or 0) for b in self.blocks)
 
     def to_arrow_refs(self) -> list[pa.Table]:
         return self.blocks

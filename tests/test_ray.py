@@ -377,7 +377,7 @@ def test_components_on_ray_equal_union_find(cluster) -> None:
     hi, lo = np.maximum(a, b), np.minimum(a, b)
     edges = pa.table({"hi": hi, "lo": lo, "changed": np.zeros(hi.size, np.int64)})
     ds = ray.data.from_arrow([edges.slice(i, 200) for i in range(0, edges.num_rows, 200)])
-    star, rounds = ray_dedup.components(ds, parts=3)
+    star, rounds = ray_dedup.components(ray, ds, parts=3)
     assert isinstance(star, ray.data.Dataset)
     result = ray_dedup.collect(ray, star, partition_steps.STARS)
     nodes, labels = stars.labels_of(*np.unique(

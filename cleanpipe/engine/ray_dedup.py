@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cleanpipe.contract.stage import GlobalStage
 from cleanpipe.dedup import bands, partition_steps
 from cleanpipe.dedup.partition_steps import MEMBERS
-from cleanpipe.engine.ray_shuffle import co_group, use_sort_shuffle
+from cleanpipe.engine.ray_shuffle import co_group
 from cleanpipe.engine.rows import Rows
 from cleanpipe.stages import exact_dedup
 from cleanpipe.stages.exact_dedup import ExactDedup
@@ -66,7 +67,7 @@ def collect(ray: Any, ds: Any, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
-def components(edges: Any, parts: int) -> tuple[Any, int]:
+def components(ray: Any, edges: Any, parts: int) -> tuple[Any, int]:
     """Star edges ``(hi, lo)`` of the graph ``edges`` (a dataset of ``hi``/``lo`` columns):
     each node linked to the smallest node of its component. Alternates large-star and
     small-star shuffles until an entire round moves no edge; returns the stars (a
@@ -80,7 +81,7 @@ def components(edges: Any, parts: int) -> tuple[Any, int]:
         small = co_group([("e", big.map_batches(partition_steps.directed,
                                                 batch_format="pyarrow"), "src")],
                          partition_steps.small_star_step, parts).materialize()
-        moved = _sum(big, "changed") + _sum(small, "changed")
+        moved = _sum(ray, big, "changed") + _sum(ray, small, "changed")
         edges = small
         if moved == 0:
             return edges, rounds
@@ -105,9 +106,21 @@ def _columns(ds: Any, names: list[str]) -> Any:
     return ds.map_batches(select, fn_kwargs={"names": names}, batch_format="pyarrow")
 
 
-def _sum(ds: Any, column: str) -> int:
-    use_sort_shuffle(ds)  # the sum is an aggregation: a shuffle too
-    return int(ds.sum(column) or 0) if ds.count() else 0
+TOTAL = pa.schema([("total", pa.int64())])
+
+
+def column_total(table: pa.Table, column: str) -> pa.Table:
+    """One row: the sum of ``column`` over this block."""
+    return pa.table([pa.array([int(pc.sum(table.column(column)).as_py() or 0)], pa.int64())],
+                    schema=TOTAL)
+
+
+def _sum(ray: Any, ds: Any, column: str) -> int:
+    """The sum of ``column``: one row per block, added on the driver (``Dataset.sum`` is an
+    aggregation, i.e. one more shuffle)."""
+    totals = collect(ray, ds.map_batches(column_total, fn_kwargs={"column": column},
+                                         batch_format="pyarrow"), TOTAL)
+    return int(pc.sum(totals.column("total")).as_py() or 0)
 
 
 # -- small map functions (run in Ray tasks) ---------------------------------------------
@@ -361,7 +374,7 @@ class RayMinHash(RayGrouping):
         stats.update(candidate_pairs=candidates, edges=edges.count(), s_verify=_lap())
         train = edges.map_batches(training_edges, fn_kwargs={"first_ref": first_ref},
                                   batch_format="pyarrow")
-        star, stats["rounds"] = components(train, parts)
+        star, stats["rounds"] = components(ray, train, parts)
         stats["s_components"] = _lap()
         leaves = co_group([("e", star, "hi"), ("s", for_members, "seq")],
                           partition_steps.attach_leaf_step, parts)
