@@ -38,6 +38,7 @@ from tests.conftest import realdata
 ray = pytest.importorskip("ray")
 from cleanpipe.engine import ray_dedup, ray_engine  # noqa: E402
 from cleanpipe.engine.ray_engine import execute_ray  # noqa: E402
+from cleanpipe.engine.ray_shuffle import Blocks  # noqa: E402
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parents[1]
@@ -291,7 +292,7 @@ def test_t0_sample_identical(cluster) -> None:
 
 # The full-corpus identity checks are issue 8's acceptance. On t0 (61 MB) the Ray engine
 # groups the dedup stages on the driver by default (about 30 s for both engines on 2 cores);
-# grouped on the cluster (Ray Data shuffles) it takes a few minutes: both run in
+# grouped on the cluster (shuffles of plain Ray tasks) it takes longer: both run in
 # `make test-slow`; t0_sample_identical and tldr_full_identical keep identity on real data,
 # grouped on the cluster, in `make test`.
 @pytest.mark.slow
@@ -376,9 +377,9 @@ def test_components_on_ray_equal_union_find(cluster) -> None:
     a, b = np.concatenate([path[:-1], a[a != b]]), np.concatenate([path[1:], b[a != b]])
     hi, lo = np.maximum(a, b), np.minimum(a, b)
     edges = pa.table({"hi": hi, "lo": lo, "changed": np.zeros(hi.size, np.int64)})
-    ds = ray.data.from_arrow([edges.slice(i, 200) for i in range(0, edges.num_rows, 200)])
+    ds = Blocks(ray, [ray.put(edges.slice(i, 200)) for i in range(0, edges.num_rows, 200)])
     star, rounds = ray_dedup.components(ray, ds, parts=3)
-    assert isinstance(star, ray.data.Dataset)
+    assert isinstance(star, Blocks) and len(star.to_arrow_refs()) == 3  # one per partition
     result = ray_dedup.collect(ray, star, partition_steps.STARS)
     nodes, labels = stars.labels_of(*np.unique(
         np.stack([result.column("hi").to_numpy(), result.column("lo").to_numpy()], 1),

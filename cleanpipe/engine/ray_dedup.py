@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from cleanpipe.contract.stage import GlobalStage
 from cleanpipe.dedup import bands, partition_steps
 from cleanpipe.dedup.partition_steps import MEMBERS
-from cleanpipe.engine.ray_shuffle import co_group
+from cleanpipe.engine.ray_shuffle import Blocks, co_group
 from cleanpipe.engine.rows import Rows
 from cleanpipe.stages import exact_dedup
 from cleanpipe.stages.exact_dedup import ExactDedup
@@ -273,14 +273,14 @@ class RayExactDedup(RayGrouping):
         if not self.refs:
             self._adopt(np.zeros(0, np.int64), [], 0, [])
             return None
-        hashed = self.ray.data.from_arrow_refs(self.refs)
+        hashed = Blocks(self.ray, self.refs)
         members = co_group([("h", hashed, "h0")], partition_steps.hash_groups_step, parts,
                            keep=g.keep, first_ref=first_ref).materialize()
         if offsets:
             contam = co_group([("h", hashed, "h0")], partition_steps.hash_contamination_step,
                               parts, first_ref=first_ref).materialize()
         else:  # no reference set: nothing to look up
-            contam = self.ray.data.from_arrow_refs([self.ray.put(
+            contam = Blocks(self.ray, [self.ray.put(
                 partition_steps.CONTAMINATION.empty_table())])
         sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)
         largest = [exact_dedup.cluster_entry(int(rows[0]["size"]),
@@ -354,7 +354,7 @@ class RayMinHash(RayGrouping):
             self._adopt(np.zeros(0, np.int64), [], 0, 0, [])
             RUNS.append(stats)
             return None
-        sketches = ray.data.from_arrow_refs(self.refs)
+        sketches = Blocks(ray, self.refs)
         band_rows = sketches.map_batches(bands.band_rows, batch_format="pyarrow")
         pairs = co_group([("b", band_rows, partition_steps.band_key_hash)],
                          partition_steps.bucket_step, parts,
@@ -388,7 +388,7 @@ class RayMinHash(RayGrouping):
                                ("s", _columns(sketches, ["seq", "row_id", "snippet"]), "seq")],
                               partition_steps.contamination_step, parts).materialize()
         else:  # no reference set: nothing to join
-            contam = ray.data.from_arrow_refs([ray.put(
+            contam = Blocks(ray, [ray.put(
                 partition_steps.CONTAMINATION.empty_table())])
         stats["s_members"] = _lap()
         sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)

@@ -64,7 +64,7 @@ from cleanpipe.engine.core import (
 )
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.ray_dedup import distributed
-from cleanpipe.engine.ray_shuffle import co_group
+from cleanpipe.engine.ray_shuffle import Blocks, co_group
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows
 from cleanpipe.spec import PipelineSpec
@@ -125,7 +125,7 @@ def join_decisions(ray: Any, refs: list[Any], first_seqs: list[int], decisions: 
                    parts: int) -> Any:
     """The chunk envelopes joined with the decisions of their rows, on the cluster: a
     co-group by chunk index, so neither side passes through the driver."""
-    env = ray.data.from_arrow_refs(refs)
+    env = Blocks(ray, refs)
     if decisions is None:
         return env
     dec = decisions.map_batches(chunk_of, fn_kwargs={"first_seqs": np.asarray(first_seqs)},
@@ -234,7 +234,8 @@ TASK_ROWS = 1024
 class Groups:
     """Consecutive chunks gathered into task-sized groups of at least ``rows`` rows: lists
     of ``(chunk index, Rows)``, which Ray serializes with the Arrow buffers out of band (one
-    copy into the object store), or envelopes (``as_envelope``), which Ray Data can join."""
+    copy into the object store), or envelopes (``as_envelope``), which :func:`join_decisions`
+    co-groups with a distributed grouping's decisions."""
 
     def __init__(self, rows: int, as_envelope: bool = False) -> None:
         self.rows = rows
@@ -317,7 +318,7 @@ class RayEngine:
         if self.run.state.input_bytes > self.cluster_grouping_bytes:
             g = distributed(stage, self.ray, self.parts)
         # else a small index: the stage observes and finalizes on the driver
-        # held rows are joined with a distributed grouping's decisions by Ray Data
+        # held rows are co-grouped with a distributed grouping's decisions as envelopes
         self.held = Groups(task_rows(self.run.spec), as_envelope=g is not None)
         return g
 
