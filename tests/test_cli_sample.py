@@ -86,6 +86,25 @@ def test_cli_sample_usage_errors_exit_2(tmp_path, extra) -> None:
     assert main(["sample", str(path), *extra]) == 2
 
 
+def test_cli_sample_never_replaces_a_file_it_did_not_write(tmp_path, capsys) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"x": i}) + "\n" for i in range(50)), "utf-8")
+    theirs = tmp_path / "smoke.jsonl"
+    theirs.write_text('{"mine": true}\n', "utf-8")
+    for target in (theirs, data):  # a user's file, and the input itself
+        before = target.read_bytes()
+        assert main(["sample", str(data), "-n", "5", "-o", str(target)]) == 2
+        assert target.read_bytes() == before
+        assert "not replaced: cleanpipe did not write it" in capsys.readouterr().err
+    # its own sample is replaced on a rerun, whole
+    ours = tmp_path / "ours.jsonl"
+    assert main(["sample", str(data), "-n", "5", "--seed", "1", "-o", str(ours)]) == 0
+    assert main(["sample", str(data), "-n", "7", "--seed", "2", "-o", str(ours)]) == 0
+    assert len(ours.read_text("utf-8").splitlines()) == 7
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "_cleanpipe.json", "d.jsonl", "ours.jsonl", "smoke.jsonl"]
+
+
 def test_cli_sample_missing_input_exit_3(tmp_path) -> None:
     assert main(["sample", str(tmp_path / "missing.jsonl")]) == 3
 

@@ -104,22 +104,32 @@ def sample_table(table: pa.Table, n: int, *, seed: int = 0,
 
 
 def write_table(table: pa.Table, output: str | None) -> None:
-    """Write by extension: ``.parquet``, ``.jsonl``/``.json``; no output means JSONL on stdout."""
+    """Write by extension: ``.parquet``, ``.jsonl``/``.json``; no output means JSONL on stdout.
+
+    A file that is already there is replaced only if cleanpipe wrote it (it is listed in its
+    folder's manifest, as report files are: see
+    :func:`cleanpipe.io.output_guard.claim_report_files`), so ``-o`` can never overwrite the
+    user's own data, the input included. The file appears whole or not at all.
+    """
     import polars as pl
+
+    from cleanpipe.io.output_guard import claim_report_files
 
     if output is None:
         sys.stdout.write(pl.from_arrow(table).write_ndjson())
         return
     path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix not in {".parquet", ".jsonl", ".json", ".ndjson"}:
+        raise ValueError(f"{output}: use a .parquet or .jsonl file name")
+    claim_report_files(path.parent, [path.name])
+    tmp = path.with_name(f".{path.name}.cleanpipe-tmp")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        pq.write_table(table, path)
-    elif path.suffix in {".jsonl", ".json", ".ndjson"}:
-        pl.from_arrow(table).write_ndjson(path)
+        pq.write_table(table, tmp)
     else:
-        raise ValueError(f"{output}: use a .parquet or .jsonl file name")
+        pl.from_arrow(table).write_ndjson(tmp)
+    tmp.replace(path)
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
@@ -161,5 +171,7 @@ def register(subparsers: Any) -> None:
         "order.", rows=1000)
     p.add_argument("--stratify", metavar="COLUMN",
                    help="keep every value of COLUMN represented, proportionally (e.g. label)")
-    p.add_argument("--output", "-o", help="a .parquet or .jsonl file (default: JSONL on stdout)")
+    p.add_argument("--output", "-o",
+                   help="a .parquet or .jsonl file (default: JSONL on stdout); an existing"
+                   " file is replaced only if cleanpipe wrote it")
     p.set_defaults(func=cmd_sample)
