@@ -126,13 +126,15 @@ def scaling(make: Callable[[], Pipeline], data: Any, rounds: int, nodes: list[in
     import ray
     from ray.cluster_utils import Cluster
 
+    from cleanpipe.engine.ray_engine import DEFAULT_OBJECT_STORE
+
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "object_store_memory": 256 << 20, "include_dashboard": False})
+        "num_cpus": 0, "object_store_memory": DEFAULT_OBJECT_STORE, "include_dashboard": False})
     out: dict[int, list[tuple[float, float]]] = {}
     try:
         for n in sorted(nodes):
             while len(cluster.worker_nodes) < n:
-                cluster.add_node(num_cpus=1, object_store_memory=512 << 20)
+                cluster.add_node(num_cpus=1, object_store_memory=DEFAULT_OBJECT_STORE)
             cluster.wait_for_nodes()
             if not ray.is_initialized():
                 ray.init(address=cluster.address, log_to_driver=False,

@@ -193,7 +193,7 @@ _REMOTE: dict[str, Any] = {}
 
 def _remote_map(ray: Any) -> Any:
     if "map" not in _REMOTE:
-        _REMOTE["map"] = ray.remote(num_cpus=1, max_retries=0)(map_chunks)
+        _REMOTE["map"] = ray.remote(num_cpus=1)(map_chunks)
     return _REMOTE["map"]
 
 

@@ -124,7 +124,7 @@ _REMOTE: dict[tuple[int, str], Any] = {}
 def _remote(ray: Any, fn: Callable[..., Any]) -> Any:
     key = (id(ray), fn.__name__)
     if key not in _REMOTE:
-        _REMOTE[key] = ray.remote(num_cpus=1, max_retries=0)(fn)
+        _REMOTE[key] = ray.remote(num_cpus=1)(fn)
     return _REMOTE[key]
 
 
