@@ -8,13 +8,11 @@ What differs is only where that work runs and how its results come back:
 
 * Reading happens on the driver with cleanpipe's readers, in the local engine's order, so row
   ids (``file:line``) and sequence numbers are the same. Consecutive chunks travel to a task
-  together (at least ``batch_size`` rows a task: Ray's per-task overhead is milliseconds, a
-  small file's work less) as an Arrow envelope ``{chunk, payload}``, one row per chunk (the
-  pickled :class:`~cleanpipe.engine.rows.Rows`: current batch, batch as read, ids, seq),
-  because a chunk carries more than one table (the original rows for the quarantine,
-  unreadable records). Tasks are submitted as chunks are read, a few per CPU in flight, so
-  reading overlaps the cluster's work; the stage list goes to the object store once per
-  segment and each worker process unpickles it and calls ``setup()`` once.
+  together (at least ``TASK_ROWS`` rows a task: Ray's per-task overhead is milliseconds, a
+  small file's work less) as a list of ``(chunk index, Rows)``, which Ray serializes with the
+  Arrow buffers out of band. Tasks are submitted as chunks are read, a few per CPU in
+  flight, so reading overlaps the cluster's work; the stage list goes to the object store
+  once per segment and each worker process unpickles it and calls ``setup()`` once.
 * Results are put back in chunk order on the driver before anything is merged, so the
   report, the quarantine and the kept rows do not depend on how Ray schedules tasks.
 * A global stage (dedup) closes a segment: its ``prepare`` runs in the tasks, the rows wait
@@ -23,17 +21,15 @@ What differs is only where that work runs and how its results come back:
   row order, exactly as in the local engine, and the finalized stage is shipped to the next
   segment's tasks. On a larger input a stage that declares a distributed grouping
   (``GlobalStage.distributed_grouping``) is grouped on the cluster instead
-  (:mod:`cleanpipe.engine.ray_dedup`); its decisions are joined to the chunks there and
-  reach ``decide`` through ``GlobalStage.with_decisions``.
+  (:mod:`cleanpipe.engine.ray_dedup`); its decisions are shuffled by the task group holding
+  their row (:func:`decisions_by_group`: the rows themselves do not move) and reach
+  ``decide`` through ``GlobalStage.with_decisions``.
 
-    >>> import pyarrow as pa
-    >>> from cleanpipe.engine.ray_engine import envelope, open_envelope
-    >>> from cleanpipe.engine.rows import Rows
     >>> import numpy as np
-    >>> b = pa.record_batch({"text": ["a"]})
-    >>> t = envelope([(7, Rows(b, b, pa.array(["f:1"]), np.array([0])))])
-    >>> [(i, r.row_ids.to_pylist()) for i, r in open_envelope(t)]
-    [(7, ['f:1'])]
+    >>> from cleanpipe.contract.decisions import decisions_table
+    >>> t = decisions_table(np.array([3, 12]), ["near_duplicate"] * 2, ["a", "b"])
+    >>> group_of(t, np.array([0, 10])).column("group").to_pylist()
+    [0, 1]
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ import pickle
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -64,7 +59,7 @@ from cleanpipe.engine.core import (
 )
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.ray_dedup import distributed
-from cleanpipe.engine.ray_shuffle import Blocks, co_group
+from cleanpipe.engine.ray_shuffle import Blocks, co_group, partition_of
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows
 from cleanpipe.spec import PipelineSpec
@@ -72,65 +67,38 @@ from cleanpipe.spec import PipelineSpec
 #: object store of a cluster this engine starts itself (an existing cluster keeps its own)
 DEFAULT_OBJECT_STORE = 1 << 30
 
-ENVELOPE = pa.schema([("chunk", pa.int64()), ("payload", pa.binary())])
+GROUPED_DECISIONS = DECISIONS.append(pa.field("group", pa.int64()))
 
 
-def envelope(items: Iterable[tuple[int, Any]]) -> pa.Table:
-    """A one-column-of-bytes Arrow table: ``(chunk index, pickled object)`` per row."""
-    idx, blobs = [], []
-    for i, obj in items:
-        idx.append(i)
-        blobs.append(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
-    return pa.table([pa.array(idx, pa.int64()), pa.array(blobs, pa.binary())], schema=ENVELOPE)
+def group_of(decisions: pa.Table, first_seqs: np.ndarray) -> pa.Table:
+    """Decisions with the index of the task group holding their row (groups are
+    consecutive seq ranges starting at ``first_seqs``)."""
+    group = np.searchsorted(first_seqs, decisions.column("seq").to_numpy(), side="right") - 1
+    return decisions.append_column("group", pa.array(group.astype(np.int64)))
 
 
-def open_envelope(table: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, Any]]:
-    for i, blob in zip(table.column("chunk").to_pylist(), table.column("payload").to_pylist(),
-                       strict=True):
-        yield i, pickle.loads(blob)
+def _decisions_step(tables: dict[str, pa.Table | None]) -> pa.Table:
+    dec = tables.get("d")
+    return dec if dec is not None else GROUPED_DECISIONS.empty_table()
 
 
-@dataclass
-class Decided:
-    """A chunk (still pickled) with the decisions of the global stage before its segment,
-    as joined to it on the cluster (see :func:`join_decisions`)."""
-
-    rows_blob: bytes
-    decisions: pa.Table
-
-
-def chunk_of(decisions: pa.Table, first_seqs: np.ndarray) -> pa.Table:
-    """Decisions with the index of the chunk holding their row (chunks are seq ranges)."""
-    chunk = np.searchsorted(first_seqs, decisions.column("seq").to_numpy(), side="right") - 1
-    return decisions.append_column("chunk", pa.array(chunk.astype(np.int64)))
+def decisions_by_group(ray: Any, decisions: Blocks, first_seqs: list[int],
+                       parts: int) -> list[Any]:
+    """For each task group of held rows, the ref of a table holding (at least) the
+    decisions of its rows: the decisions co-grouped by group index into ``parts``
+    partitions, group ``g`` reading partition ``partition_of(g)``."""
+    dec = decisions.map_batches(group_of, fn_kwargs={"first_seqs": np.asarray(first_seqs)})
+    by_part = co_group([("d", dec, "group")], _decisions_step, parts).to_arrow_refs()
+    if not by_part:  # no decision blocks at all
+        return [None] * len(first_seqs)
+    return [by_part[p] for p in partition_of(np.arange(len(first_seqs)), parts).tolist()]
 
 
-def attach_decisions_step(tables: dict[str, pa.Table | None]) -> pa.Table:
-    """Per partition of chunk indices: each chunk envelope with its decisions."""
-    env, dec = tables.get("r"), tables.get("d")
-    if env is None:
-        return ENVELOPE.empty_table()
-    if dec is None:
-        dec = DECISIONS.append(pa.field("chunk", pa.int64())).empty_table()
-    chunk = dec.column("chunk").to_numpy()
-    out = []
-    for i, blob in zip(env.column("chunk").to_pylist(), env.column("payload").to_pylist(),
-                       strict=True):
-        mine = dec.filter(pa.array(chunk == i)).select(DECISIONS.names)
-        out.append((i, Decided(blob, mine)))
-    return envelope(out)
-
-
-def join_decisions(ray: Any, refs: list[Any], first_seqs: list[int], decisions: Any,
-                   parts: int) -> Any:
-    """The chunk envelopes joined with the decisions of their rows, on the cluster: a
-    co-group by chunk index, so neither side passes through the driver."""
-    env = Blocks(ray, refs)
-    if decisions is None:
-        return env
-    dec = decisions.map_batches(chunk_of, fn_kwargs={"first_seqs": np.asarray(first_seqs)},
-                                batch_format="pyarrow")
-    return co_group([("r", env, "chunk"), ("d", dec, "chunk")], attach_decisions_step, parts)
+def _decisions_of(decisions: pa.Table, seq: np.ndarray) -> pa.Table:
+    """The rows of ``decisions`` within ``seq``'s range (``decide`` ignores the others)."""
+    s = decisions.column("seq").to_numpy()
+    return decisions.filter(pa.array((s >= seq.min()) & (s <= seq.max()))).select(
+        DECISIONS.names)
 
 
 class SegmentMapper:
@@ -149,18 +117,16 @@ class SegmentMapper:
         self.seg_i = seg_i
         self.decide_idx = decide_idx
 
-    def __call__(self, chunks: pa.Table | list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    def __call__(self, chunks: list[tuple[int, Rows]],
+                 decisions: pa.Table | None) -> list[tuple[int, Any]]:
         w = self.worker
         out = []
-        for i, obj in open_envelope(chunks) if isinstance(chunks, pa.Table) else chunks:
+        for i, rows in chunks:
             decided = None
-            rows = obj
-            if isinstance(obj, Decided):
-                rows = pickle.loads(obj.rows_blob)
             if self.decide_idx is not None:
                 g = w.global_stage(self.decide_idx)
-                if isinstance(obj, Decided):
-                    g = g.with_decisions(obj.decisions)
+                if decisions is not None and rows.num_rows:
+                    g = g.with_decisions(_decisions_of(decisions, rows.seq))
                 rows, decided = decide_batch(g, self.decide_idx, rows, w.text_fields,
                                              w.flag_codes)
             out.append((i, (decided, w.run(self.seg_i, rows))))
@@ -172,19 +138,19 @@ class SegmentMapper:
 _MAPPERS: dict[str, SegmentMapper] = {}
 
 
-def map_chunks(key: str, stages: list[Any], chunks: pa.Table | list[tuple[int, Any]],
-               **kwargs: Any) -> list[tuple[int, Any]]:
-    """Ray task: run ``chunks`` (``(chunk index, Rows or Decided)`` pairs, or their
-    envelope) through the cached :class:`SegmentMapper` of ``key``. ``stages`` is ``[ref]``
-    of the pickled stage list: nested, so Ray does not fetch it for every task, only a
-    process that has no mapper for ``key`` yet does."""
+def map_chunks(key: str, stages: list[Any], chunks: list[tuple[int, Rows]],
+               decisions: pa.Table | None, **kwargs: Any) -> list[tuple[int, Any]]:
+    """Ray task: run ``chunks`` (``(chunk index, Rows)`` pairs), decided by ``decisions``
+    (a distributed grouping's, else ``None``), through the cached :class:`SegmentMapper` of
+    ``key``. ``stages`` is ``[ref]`` of the pickled stage list: nested, so Ray does not
+    fetch it for every task, only a process that has no mapper for ``key`` yet does."""
     m = _MAPPERS.get(key)
     if m is None:
         import ray
 
         _MAPPERS.clear()  # an earlier segment's stages are no longer needed
         m = _MAPPERS[key] = SegmentMapper(ray.get(stages[0]), **kwargs)
-    return m(chunks)
+    return m(chunks, decisions)
 
 
 #: the Ray remote function of :func:`map_chunks`, made once per driver process
@@ -233,30 +199,27 @@ TASK_ROWS = 1024
 
 class Groups:
     """Consecutive chunks gathered into task-sized groups of at least ``rows`` rows: lists
-    of ``(chunk index, Rows)``, which Ray serializes with the Arrow buffers out of band (one
-    copy into the object store), or envelopes (``as_envelope``), which :func:`join_decisions`
-    co-groups with a distributed grouping's decisions."""
+    of ``(chunk index, Rows)``, chunk indices counting on over the groups."""
 
-    def __init__(self, rows: int, as_envelope: bool = False) -> None:
+    def __init__(self, rows: int) -> None:
         self.rows = rows
-        self.as_envelope = as_envelope
-        self.items: list[tuple[int, Any]] = []
+        self.items: list[tuple[int, Rows]] = []
         self.n = 0
-        self.count = 0  # chunks gathered so far, over all envelopes
+        self.count = 0  # chunks gathered so far, over all groups
 
-    def add(self, obj: Any, n_rows: int) -> Any:
+    def add(self, rows: Rows) -> list[tuple[int, Rows]] | None:
         """Add one chunk; returns a group once enough rows are gathered."""
-        self.items.append((self.count, obj))
+        self.items.append((self.count, rows))
         self.count += 1
-        self.n += n_rows
+        self.n += rows.num_rows
         return self.flush() if self.n >= self.rows else None
 
-    def flush(self) -> Any:
-        """The group of the chunks gathered since the last one (``None`` if none)."""
+    def flush(self) -> list[tuple[int, Rows]] | None:
+        """The chunks gathered since the last group (``None`` if none)."""
         if not self.items:
             return None
         group, self.items, self.n = self.items, [], 0
-        return envelope(group) if self.as_envelope else group
+        return group
 
 
 def task_rows(spec: PipelineSpec) -> int:
@@ -265,27 +228,28 @@ def task_rows(spec: PipelineSpec) -> int:
 
 class RayEngine:
     """:class:`cleanpipe.engine.core.Engine` on Ray tasks: every segment is a stream of
-    tasks over envelopes of consecutive chunks (a few in flight per CPU), the stage list
-    put once in the object store per segment; a first pass's rows wait in the object
-    store. A global stage is grouped on the driver, as by the local engine, unless the
-    input is larger than ``cluster_grouping_bytes`` and the stage declares a distributed
-    grouping (``distributed_grouping()``, :data:`~cleanpipe.engine.ray_dedup.GROUPINGS`):
-    then it is grouped on the cluster."""
+    tasks over groups of consecutive chunks (a few in flight per CPU), the stage list put
+    once in the object store per segment; a first pass's rows wait in the object store, in
+    the groups of the next segment's tasks. A global stage is grouped on the driver, as by
+    the local engine, unless the input is larger than ``cluster_grouping_bytes`` and the
+    stage declares a distributed grouping (``distributed_grouping()``,
+    :data:`~cleanpipe.engine.ray_dedup.GROUPINGS`): then it is grouped on the cluster."""
 
     spill_dir: Path | None = None  # the first pass's held-back quarantine: the temp dir
 
-    def __init__(self, ray: Any, run: Run, inputs: Iterable[Any], cpus: int, parts: int,
-                 cluster_grouping_bytes: int) -> None:
+    def __init__(self, ray: Any, run: Run, inputs: Iterable[tuple[Any, Any]], cpus: int,
+                 parts: int, cluster_grouping_bytes: int) -> None:
         self.ray = ray
         self.run = run
-        self.inputs: Iterable[Any] | None = inputs
+        #: the next segment's tasks: (chunks or their ref, decisions or their ref or None)
+        self.inputs: Iterable[tuple[Any, Any]] | None = inputs
         self.cpus = cpus
         self.parts = parts
         self.cluster_grouping_bytes = cluster_grouping_bytes
         self.decide_idx: int | None = None
         self.held = Groups(task_rows(run.spec))
-        self.refs: list[Any] = []
-        self.first_seqs: list[int] = []
+        self.refs: list[Any] = []  # the held groups
+        self.first_seqs: list[int] = []  # the first seq of each held group
 
     def results(self, seg_i: int) -> Iterator[tuple[DecidedBatch | None, TaskResult]]:
         if self.inputs is None:
@@ -303,8 +267,8 @@ class RayEngine:
 
         def submitted() -> Iterator[list[tuple[int, Any]]]:
             flight: deque[Any] = deque()
-            for chunks in inputs:
-                flight.append(task.remote(key, [stages], chunks, **kwargs))
+            for chunks, decisions in inputs:
+                flight.append(task.remote(key, [stages], chunks, decisions, **kwargs))
                 if len(flight) >= window:
                     yield self.ray.get(flight.popleft())
             while flight:
@@ -314,17 +278,14 @@ class RayEngine:
             yield decided, res
 
     def grouping(self, stage: GlobalStage) -> Grouping | None:
-        g = None
-        if self.run.state.input_bytes > self.cluster_grouping_bytes:
-            g = distributed(stage, self.ray, self.parts)
-        # else a small index: the stage observes and finalizes on the driver
-        # held rows are co-grouped with a distributed grouping's decisions as envelopes
-        self.held = Groups(task_rows(self.run.spec), as_envelope=g is not None)
-        return g
+        if self.run.state.input_bytes <= self.cluster_grouping_bytes:
+            return None  # a small index: the stage observes and finalizes on the driver
+        return distributed(stage, self.ray, self.parts)
 
     def hold(self, rows: Rows) -> None:
-        self.first_seqs.append(int(rows.seq[0]))
-        group = self.held.add(rows, rows.num_rows)
+        if not self.held.items:
+            self.first_seqs.append(int(rows.seq[0]))
+        group = self.held.add(rows)
         if group is not None:
             self.refs.append(self.ray.put(group))
 
@@ -333,11 +294,12 @@ class RayEngine:
         if group is not None:
             self.refs.append(self.ray.put(group))
         if decisions is not None and self.refs:
-            joined = join_decisions(self.ray, self.refs, self.first_seqs, decisions, self.parts)
-            self.inputs = joined.to_arrow_refs()
+            dec = decisions_by_group(self.ray, decisions, self.first_seqs, self.parts)
+            self.inputs = list(zip(self.refs, dec, strict=True))
         else:
-            self.inputs = self.refs
+            self.inputs = [(ref, None) for ref in self.refs]
         self.decide_idx = idx
+        self.held = Groups(task_rows(self.run.spec))
         self.refs, self.first_seqs = [], []
 
 
@@ -381,14 +343,14 @@ def _rows(ray: Any, run: Run, source: Any, cpus: int, parts: int,
         if r.num_rows:
             break
 
-    def inputs() -> Iterator[list[tuple[int, Rows]]]:
+    def inputs() -> Iterator[tuple[list[tuple[int, Rows]], None]]:
         groups = Groups(task_rows(run.spec))
         for rows in chain(head, rows_iter):
-            group = groups.add(rows, rows.num_rows)
+            group = groups.add(rows)
             if group is not None:
-                yield group
+                yield group, None
         group = groups.flush()
         if group is not None:
-            yield group
+            yield group, None
 
     yield from run.rows(RayEngine(ray, run, inputs(), cpus, parts, cluster_grouping_bytes))
