@@ -2,9 +2,10 @@
 verification and connected components, and ``exact_dedup``'s content-hash groups, as Ray
 Data shuffles, never the whole key array or edge list in one process.
 
-The driver sees, per chunk of the first pass, the chunk's sketch rows for as long as it
-takes to ``ray.put`` them (:meth:`RayMinHash.observe`), and after clustering only compact
-results: one ``(label, size)`` row per cluster, the few rows the report shows, and counts.
+The driver sees the first pass's sketch rows until a block of :data:`BLOCK_BYTES` of them
+is gathered and put in the object store (:meth:`RayMinHash.observe`), and after
+clustering only compact results: one ``(label, size)`` row per cluster, the few rows the
+report shows, and counts.
 Everything else runs in Ray tasks over hash partitions (:func:`co_group`), with the
 per-partition functions of :mod:`cleanpipe.dedup.partition_steps`:
 
@@ -189,6 +190,12 @@ def first_rows(table: pa.Table, k: int) -> pa.Table:
     return table.take(pa.array(order))
 
 
+#: the first pass's hash or sketch rows go to the object store in blocks of about this
+#: size: every step of a grouping is a task per block, and a task per chunk (a few hundred
+#: rows for a small file) would cost more in Ray's per-task overhead than its work
+BLOCK_BYTES = 16 << 20
+
+
 class RayGrouping:
     """What the distributed dedup stages share: their first-pass rows go to the object
     store, and after grouping the driver pulls only the report's few rows."""
@@ -197,11 +204,24 @@ class RayGrouping:
         self.ray = ray
         self.parts = parts
         self.refs: list[Any] = []
+        self.pending: list[pa.Table] = []
+        self.pending_bytes = 0
         self.rows = 0
         self.max_seq = -1
 
     def _put(self, table: pa.Table) -> None:
-        self.refs.append(self.ray.put(table))
+        """Add rows of the first pass; they go to the object store in blocks of about
+        :data:`BLOCK_BYTES`."""
+        self.pending.append(table)
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes >= BLOCK_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            block = pa.concat_tables(self.pending, promote_options="default")
+            self.refs.append(self.ray.put(block))
+            self.pending, self.pending_bytes = [], 0
 
     @staticmethod
     def _decision_rows(members: Any, contam: Any, offsets: list[tuple[int, str]], *,
@@ -270,6 +290,7 @@ class RayExactDedup(RayGrouping):
         for t in tables:
             self._put(shift_seq(t, first_ref))
         RUNS.append({"stage": 0, "rows": self.rows})
+        self._flush()
         if not self.refs:
             self._adopt(np.zeros(0, np.int64), [], 0, [])
             return None
@@ -350,6 +371,7 @@ class RayMinHash(RayGrouping):
         stats = {"stage": 1, "rows": self.rows, "rounds": 0, "candidate_pairs": 0,
                  "edges": 0}
         _lap = _stopwatch()
+        self._flush()
         if not self.refs:
             self._adopt(np.zeros(0, np.int64), [], 0, 0, [])
             RUNS.append(stats)
