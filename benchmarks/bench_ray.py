@@ -1,26 +1,36 @@
-"""Ray engine versus local engine on the t0 corpus: wall time and the overhead ratio.
+"""Ray engine versus local engine on the t0 corpus, and the Ray engine on 1 and 2 worker nodes.
 
 Run from the repo root: ``.venv/bin/python benchmarks/bench_ray.py`` (data from
 ``CLEANPIPE_REALDATA`` or ../shared/data). Writes ``benchmarks/results/ray.md``.
+``--files N --rounds R --cpus C --nodes 1`` runs a smaller trial (then ``--no-write``).
 
-Both engines run the same pipeline (dedup stages from main plus two cheap vectorised stages)
-with 2 workers; the Ray cluster is local (2 CPUs) and started once before timing, and one
-warm-up Ray run is done first so the ratio measures steady-state engine overhead, not Ray's
-worker start-up (which is reported separately).
+1. *Overhead*: both engines run the same pipeline (the dedup stages plus two cheap vectorised
+   stages) with 2 workers; the Ray cluster is a private local one (``ray.init`` with 2 CPUs
+   and the engine's default object store), started before timing, and one cold Ray run comes
+   first so the ratio measures the warm engine, not Ray's worker start-up (reported apart).
+   Local and Ray runs alternate, ``--rounds`` each; figures are medians with min–max.
+2. *Scaling*: a local Ray cluster of separate raylets on this machine
+   (``ray.cluster_utils.Cluster``): a head with 0 CPUs (the driver runs there) and 1, then 2,
+   worker nodes of 1 CPU each; one warm-up run per cluster size, then ``--rounds`` runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _repeats import Spread, interleaved, ratio_spread  # noqa: E402
 
 from cleanpipe import Pipeline  # noqa: E402
 from cleanpipe.contract.stage import (  # noqa: E402
@@ -68,59 +78,170 @@ def make() -> Pipeline:
                     batch_size=4096)
 
 
-def main() -> None:
+def _spill_reports(ray: Any) -> list[str]:
+    """The raylets' "Spilled N MiB, M objects" log lines of this session (none: nothing
+    spilled to disk)."""
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+    return [line.strip() for f in sorted(logs.glob("raylet*.out"))
+            for line in f.read_text(encoding="utf-8", errors="replace").splitlines()
+            if "Spilled " in line and " MiB" in line]
+
+
+def _timed(fn: Callable[[], dict[str, Any]]) -> tuple[float, dict[str, Any], float]:
+    """Wall seconds, the report, and the 1-minute load average as the run started."""
+    load = os.getloadavg()[0]
+    t = time.perf_counter()
+    rep = fn()
+    return time.perf_counter() - t, rep, load
+
+
+def overhead(make: Callable[[], Pipeline], data: Any, rounds: int, cpus: int,
+             env: dict[str, str]) -> dict[str, Any]:
+    """Local and Ray engines, interleaved, on a private local Ray of ``cpus`` CPUs."""
     import ray
 
+    from cleanpipe.engine.ray_engine import DEFAULT_OBJECT_STORE
+
+    t = time.perf_counter()
+    ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=DEFAULT_OBJECT_STORE,
+             log_to_driver=False, runtime_env={"env_vars": env})
+    t_init = time.perf_counter() - t
+    t_cold, rep_cold, _ = _timed(lambda: make().run(data, None, workers=cpus, engine="ray"))
+    runs: dict[str, list[tuple[float, float]]] = {"local": [], "ray": []}
+    totals = {}
+    for _, engine in interleaved(["local", "ray"], rounds):
+        sec, rep, load = _timed(lambda e=engine: make().run(data, None, workers=cpus, engine=e))
+        runs[engine].append((sec, load))
+        totals[engine] = rep["totals"]
+        assert rep["totals"] == rep_cold["totals"], (engine, rep["totals"], rep_cold["totals"])
+    spilled = _spill_reports(ray)
+    ray.shutdown()
+    return {"init": t_init, "cold": t_cold, "runs": runs, "totals": totals["local"],
+            "spilled": spilled}
+
+
+def scaling(make: Callable[[], Pipeline], data: Any, rounds: int, nodes: list[int],
+            env: dict[str, str]) -> dict[int, list[tuple[float, float]]]:
+    """The Ray engine on a head of 0 CPUs plus ``n`` worker nodes of 1 CPU, for each ``n``."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from cleanpipe.engine.ray_engine import DEFAULT_OBJECT_STORE
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "object_store_memory": DEFAULT_OBJECT_STORE, "include_dashboard": False})
+    out: dict[int, list[tuple[float, float]]] = {}
+    try:
+        for n in sorted(nodes):
+            while len(cluster.worker_nodes) < n:
+                cluster.add_node(num_cpus=1, object_store_memory=DEFAULT_OBJECT_STORE)
+            cluster.wait_for_nodes()
+            if not ray.is_initialized():
+                ray.init(address=cluster.address, log_to_driver=False,
+                         runtime_env={"env_vars": env})
+            assert int(ray.cluster_resources().get("CPU", 0)) == n
+            make().run(data, None, engine="ray")  # warm-up: the new node's worker imports
+            out[n] = [_timed(lambda: make().run(data, None, engine="ray"))[::2]
+                      for _ in range(rounds)]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=None, help="first N t0 files (default: all)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cpus", type=int, default=2, help="CPUs of the overhead cluster")
+    ap.add_argument("--nodes", default="1,2", help="worker nodes to scale over ('' to skip)")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
     root = Path(os.environ.get("CLEANPIPE_REALDATA") or REPO.parent / "shared" / "data")
-    data = root / "sft_self_instruct_t0_50k" / "data_per_template"
-    if not data.is_dir():
+    folder = root / "sft_self_instruct_t0_50k" / "data_per_template"
+    if not folder.is_dir():
         sys.exit(f"t0 data not found under {root}")
+    files = sorted(folder.glob("*.jsonl"))
+    data: Any = folder if args.files is None else [str(p) for p in files[:args.files]]
+    n_files = len(files) if args.files is None else len(data)
     # the stages must live in an importable module (not __main__) for the workers to
     # unpickle them: use this file imported as ``bench_ray``
     sys.path.insert(0, str(REPO / "benchmarks"))
     import bench_ray
 
-    make = bench_ray.make
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "benchmarks")])}
+    ov = overhead(bench_ray.make, data, args.rounds, args.cpus, env)
+    nodes = [int(n) for n in args.nodes.split(",") if n]
+    sc = scaling(bench_ray.make, data, args.rounds, nodes, env) if nodes else {}
+    text = render(ov, sc, n_files, args)
+    print(text)
+    if not args.no_write:
+        out = REPO / "benchmarks" / "results" / "ray.md"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
 
-    t = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=2 << 30,
-             log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO / "benchmarks")}})
-    t_init = time.perf_counter() - t
-    t = time.perf_counter()
-    rep_warm = make().run(data, None, workers=2, engine="ray")
-    t_warm = time.perf_counter() - t
-    rows = []
-    for name, fn in [("local (2 workers)", lambda: make().run(data, None, workers=2)),
-                     ("ray (local cluster, 2 CPUs)", lambda: make().run(data, None, workers=2,
-                                                                      engine="ray"))]:
-        t = time.perf_counter()
-        rep = fn()
-        rows.append((name, time.perf_counter() - t, rep["totals"]))
-    ray.shutdown()
-    (n_l, t_l, tot_l), (n_r, t_r, tot_r) = rows
-    assert tot_l == tot_r == rep_warm["totals"], (tot_l, tot_r)
+
+def render(ov: dict[str, Any], sc: dict[int, list[tuple[float, float]]], n_files: int,
+           args: argparse.Namespace) -> str:
+    tot = ov["totals"]
+    rows = tot["read"]
+    local = Spread.of(s for s, _ in ov["runs"]["local"])
+    ray_ = Spread.of(s for s, _ in ov["runs"]["ray"])
+    ratio, lo, hi = ratio_spread(ray_, local)
+    loads = [ld for runs in ov["runs"].values() for _, ld in runs]
     env = os.environ.get("CLEANPIPE_REALDATA")
-    cmd = (f"CLEANPIPE_REALDATA={env} " if env else "") + ".venv/bin/python benchmarks/bench_ray.py"
+    opts = [f"--{k} {v}" for k, v in [("files", args.files), ("rounds", args.rounds),
+                                       ("cpus", args.cpus), ("nodes", args.nodes)]
+            if v is not None and v != ap_default(k)]
+    cmd = ((f"CLEANPIPE_REALDATA={env} " if env else "") + ".venv/bin/python "
+           "benchmarks/bench_ray.py" + "".join(" " + o for o in opts))
     lines = [
         f"`{cmd}`", "",
-        f"t0 corpus ({tot_l['read']} rows, {len(list(data.glob('*.jsonl')))} files), pipeline:"
-        " strip `<|endoftext|>` (text) → drop blank (batch) → exact_dedup → minhash_dedup"
-        " (default 128 perms, threshold 0.8). Machine: 2 cores. Totals identical between"
-        f" engines: read {tot_l['read']}, kept {tot_l['kept']}, quarantined"
-        f" {tot_l['quarantined']}.", "",
+        f"t0 corpus ({rows} rows, {n_files} files), pipeline: strip `<|endoftext|>` (text) →"
+        " drop blank (batch) → exact_dedup → minhash_dedup (default 128 perms, threshold 0.8),"
+        f" batch_size 4096. Machine: {os.cpu_count()} cores, shared with other jobs (1-minute"
+        f" load average at the start of each timed run: {min(loads):.1f}–{max(loads):.1f})."
+        f" Totals identical in every run: read {rows}, kept {tot['kept']}, quarantined"
+        f" {tot['quarantined']}.", "",
+        f"## Overhead: Ray engine vs local engine ({args.cpus} workers each)", "",
+        f"Local engine: {args.cpus} worker processes. Ray engine: a private local cluster"
+        f" (`ray.init(num_cpus={args.cpus})`, the engine's default 1 GiB object store), warm;"
+        " at this size (under 4 GiB of input) the dedup stages group on the driver. Runs"
+        f" alternate local, ray, ... ({args.rounds} each); median (min–max).", "",
         "| engine | wall s | rows/s | ratio vs local |", "|---|---:|---:|---:|",
-        f"| {n_l} | {t_l:.2f} | {tot_l['read'] / t_l:,.0f} | 1.00 |",
-        f"| {n_r} | {t_r:.2f} | {tot_r['read'] / t_r:,.0f} | {t_r / t_l:.2f} |", "",
-        f"Ray overhead ratio (ray / local, warm cluster): **{t_r / t_l:.2f}x**.", "",
-        f"Not in the ratio: `ray.init` {t_init:.1f} s; first (cold) Ray run {t_warm:.1f} s"
-        " (worker processes start and import cleanpipe).",
+        f"| local ({args.cpus} workers) | {local.fmt()} | {rows / local.median:,.0f} | 1.00 |",
+        f"| ray (local cluster, {args.cpus} CPUs, warm) | {ray_.fmt()} |"
+        f" {rows / ray_.median:,.0f} | {ratio:.2f} ({lo:.2f}–{hi:.2f}) |", "",
+        f"Ray overhead ratio (ray / local, warm): **{ratio:.2f}x** (pairings of the"
+        f" measured runs: {lo:.2f}–{hi:.2f}).", "",
+        f"Not in the ratio: `ray.init` {ov['init']:.1f} s; the first (cold) Ray run"
+        f" {ov['cold']:.1f} s (Ray starts its worker processes, which import cleanpipe)."
+        " Object spilling over all the Ray runs (the raylets' `Spilled ... MiB` log lines):"
+        f" {'; '.join(ov['spilled'][-1:]) or 'none'}.",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = REPO / "benchmarks" / "results" / "ray.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    if sc:
+        base = Spread.of(s for s, _ in sc[min(sc)])
+        lines += [
+            "", "## Scaling: 1 vs 2 worker nodes", "",
+            "A local Ray cluster of separate raylets on this machine"
+            " (`ray.cluster_utils.Cluster`): head with 0 CPUs (driver: reading, merging, the"
+            " dedup grouping, writing nothing), worker nodes of 1 CPU each. One warm-up run"
+            f" per cluster size (not timed), then {args.rounds} runs; median (min–max). All"
+            f" on {os.cpu_count()} cores shared with the driver and the raylets.", "",
+            "| worker nodes | wall s | rows/s | rows/s per node | speed-up vs 1 node |",
+            "|---:|---:|---:|---:|---:|"]
+        for n, runs in sorted(sc.items()):
+            sp = Spread.of(s for s, _ in runs)
+            lines.append(f"| {n} | {sp.fmt()} | {rows / sp.median:,.0f} |"
+                         f" {rows / sp.median / n:,.0f} | {base.median / sp.median:.2f} |")
+        if len(sc) > 1:
+            lines += ["", "Throughput with 2 worker nodes / with 1:"
+                      f" **{base.median / Spread.of(s for s, _ in sc[max(sc)]).median:.2f}x**."]
+    return "\n".join(lines) + "\n"
+
+
+def ap_default(name: str) -> Any:
+    return {"files": None, "rounds": 3, "cpus": 2, "nodes": "1,2"}[name]
 
 
 if __name__ == "__main__":

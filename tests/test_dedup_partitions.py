@@ -1,5 +1,6 @@
 """Distributed MinHash clustering without a cluster: the partition steps and the Ray driver
-logic run in-process on a stand-in for Ray Data, compared with the in-memory path."""
+logic run in-process on a stand-in for Ray (tasks run at once), compared with the in-memory
+path."""
 
 from __future__ import annotations
 
@@ -9,82 +10,37 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from cleanpipe.contract.stage import BatchContext
 from cleanpipe.dedup import bands, cluster, kernels, stars
-from cleanpipe.engine import ray_dedup, ray_shuffle
+from cleanpipe.engine import ray_dedup
 from cleanpipe.stages.minhash_dedup import MinHashDedup
-from tests.conftest import in_ci
+
+# -- an in-process stand-in for the bits of Ray the driver logic uses ----------------------
+
+class _InProcessTask:
+    """``ray.remote(fn)``: ``.remote(...)`` calls ``fn`` at once; ``num_returns`` splits
+    its result into that many values, as Ray makes that many objects."""
+
+    def __init__(self, fn: Any, num_returns: int = 1) -> None:
+        self.fn = fn
+        self.num_returns = num_returns
+
+    def options(self, *, num_returns: int = 1, **_: Any) -> _InProcessTask:
+        return _InProcessTask(self.fn, num_returns)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.fn(*args, **kwargs)
+        return out if self.num_returns == 1 else list(out)
 
 
-@pytest.fixture(autouse=True)
-def _shuffle_strategy(monkeypatch):
-    """The driver logic names Ray Data's sort shuffle on each dataset it groups; that name
-    is the one thing here that needs Ray itself. Without Ray (outside CI) a marker stands
-    in for it, so the partition logic is still checked; with Ray the real setting is made."""
-    try:
-        import ray.data.context  # noqa: F401
-    except ImportError:
-        if in_ci():
-            raise
-
-        def mark(ds: Any) -> None:
-            ds.context.shuffle_strategy = "sort_shuffle_pull_based"
-
-        monkeypatch.setattr(ray_shuffle, "use_sort_shuffle", mark)
-        monkeypatch.setattr(ray_dedup, "use_sort_shuffle", mark)
+def _get(refs: Any) -> Any:
+    return list(refs) if isinstance(refs, list) else refs
 
 
-# -- a stand-in for the bits of Ray Data the driver logic uses -----------------------------
-
-class FakeDataset:
-    """Blocks in a list; ``groupby(...).map_groups`` calls the function per key value."""
-
-    def __init__(self, blocks: list[pa.Table]) -> None:
-        self.blocks = list(blocks)
-        self.context = SimpleNamespace()  # the shuffle strategy is set here
-
-    def map_batches(self, fn: Any, *, fn_kwargs: dict | None = None, **_: Any) -> FakeDataset:
-        return FakeDataset([fn(b, **(fn_kwargs or {})) for b in self.blocks])
-
-    def union(self, *others: FakeDataset) -> FakeDataset:
-        return FakeDataset(self.blocks + [b for o in others for b in o.blocks])
-
-    def _check_sort_shuffle(self) -> None:
-        # a shuffle with another strategy starts aggregator actors: seconds per shuffle
-        assert getattr(self.context, "shuffle_strategy", None) == "sort_shuffle_pull_based"
-
-    def groupby(self, key: str, num_partitions: int | None = None) -> Any:
-        self._check_sort_shuffle()
-        def map_groups(fn: Any, *, fn_kwargs: dict | None = None, **_: Any) -> FakeDataset:
-            if not self.blocks:
-                return FakeDataset([])
-            whole = pa.concat_tables(self.blocks)
-            values = whole.column(key).to_numpy()
-            return FakeDataset([fn(whole.filter(pa.array(values == v)), **(fn_kwargs or {}))
-                                for v in np.unique(values)])
-        return SimpleNamespace(map_groups=map_groups)
-
-    def materialize(self) -> FakeDataset:
-        return self
-
-    def count(self) -> int:
-        return sum(b.num_rows for b in self.blocks)
-
-    def sum(self, column: str) -> int | None:
-        self._check_sort_shuffle()
-        if not self.count():
-            return None
-        return sum(int(pc.sum(b.column(column)).as_py() or 0) for b in self.blocks)
-
-    def to_arrow_refs(self) -> list[pa.Table]:
-        return self.blocks
-
-
-FAKE_RAY = SimpleNamespace(data=SimpleNamespace(from_arrow_refs=FakeDataset),
-                           put=lambda x: x, get=lambda refs: list(refs))
+FAKE_RAY = SimpleNamespace(put=lambda x: x, get=_get,
+                           remote=lambda **_: (lambda fn: _InProcessTask(fn)))
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -133,7 +89,7 @@ def _distributed(stage: MinHashDedup, batches: list, parts: int) -> tuple[pa.Tab
         prepared = stage.prepare(b, BatchContext(b, ["text"], ids))
         dist.observe(prepared, SimpleNamespace(seq=seq, row_ids=ids))
     decisions = dist.finalize()
-    blocks = decisions.blocks if decisions is not None else []
+    blocks = decisions.to_arrow_refs() if decisions is not None else []
     return (pa.concat_tables(blocks) if blocks else None), stage.report_section()
 
 
@@ -301,7 +257,7 @@ def _exact_run(stage: Any, batches: list, parts: int | None) -> tuple[list[tuple
         dec = stage.decisions_for(np.concatenate([s for _, s in batches]))
     else:
         out = dist.finalize()
-        dec = pa.concat_tables(out.blocks) if out is not None and out.blocks else None
+        dec = pa.concat_tables(out.to_arrow_refs()) if out is not None and out.refs else None
     return _rows(dec), _without_memory(stage.report_section())
 
 

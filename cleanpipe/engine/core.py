@@ -1,7 +1,7 @@
 """The engine core: what every engine does the same way, whatever runs the batches.
 
 An engine (``local``: worker processes on one machine, :mod:`cleanpipe.engine.local`;
-``ray``: Ray Data tasks on a cluster, :mod:`cleanpipe.engine.ray_engine`) supplies only
+``ray``: Ray tasks on a cluster, :mod:`cleanpipe.engine.ray_engine`) supplies only
 *where* batches run and *where* the rows of a first pass wait for their global stage (the
 :class:`Engine` protocol). Everything else is here, once:
 

@@ -2,9 +2,10 @@
 verification and connected components, and ``exact_dedup``'s content-hash groups, as Ray
 Data shuffles, never the whole key array or edge list in one process.
 
-The driver sees, per chunk of the first pass, the chunk's sketch rows for as long as it
-takes to ``ray.put`` them (:meth:`RayMinHash.observe`), and after clustering only compact
-results: one ``(label, size)`` row per cluster, the few rows the report shows, and counts.
+The driver sees the first pass's sketch rows until a block of :data:`BLOCK_BYTES` of them
+is gathered and put in the object store (:meth:`RayMinHash.observe`), and after
+clustering only compact results: one ``(label, size)`` row per cluster, the few rows the
+report shows, and counts.
 Everything else runs in Ray tasks over hash partitions (:func:`co_group`), with the
 per-partition functions of :mod:`cleanpipe.dedup.partition_steps`:
 
@@ -29,11 +30,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cleanpipe.contract.stage import GlobalStage
 from cleanpipe.dedup import bands, partition_steps
 from cleanpipe.dedup.partition_steps import MEMBERS
-from cleanpipe.engine.ray_shuffle import co_group, use_sort_shuffle
+from cleanpipe.engine.ray_shuffle import Blocks, co_group
 from cleanpipe.engine.rows import Rows
 from cleanpipe.stages import exact_dedup
 from cleanpipe.stages.exact_dedup import ExactDedup
@@ -66,7 +68,7 @@ def collect(ray: Any, ds: Any, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
-def components(edges: Any, parts: int) -> tuple[Any, int]:
+def components(ray: Any, edges: Any, parts: int) -> tuple[Any, int]:
     """Star edges ``(hi, lo)`` of the graph ``edges`` (a dataset of ``hi``/``lo`` columns):
     each node linked to the smallest node of its component. Alternates large-star and
     small-star shuffles until an entire round moves no edge; returns the stars (a
@@ -80,7 +82,7 @@ def components(edges: Any, parts: int) -> tuple[Any, int]:
         small = co_group([("e", big.map_batches(partition_steps.directed,
                                                 batch_format="pyarrow"), "src")],
                          partition_steps.small_star_step, parts).materialize()
-        moved = _sum(big, "changed") + _sum(small, "changed")
+        moved = _sum(ray, big, "changed") + _sum(ray, small, "changed")
         edges = small
         if moved == 0:
             return edges, rounds
@@ -105,9 +107,21 @@ def _columns(ds: Any, names: list[str]) -> Any:
     return ds.map_batches(select, fn_kwargs={"names": names}, batch_format="pyarrow")
 
 
-def _sum(ds: Any, column: str) -> int:
-    use_sort_shuffle(ds)  # the sum is an aggregation: a shuffle too
-    return int(ds.sum(column) or 0) if ds.count() else 0
+TOTAL = pa.schema([("total", pa.int64())])
+
+
+def column_total(table: pa.Table, column: str) -> pa.Table:
+    """One row: the sum of ``column`` over this block."""
+    return pa.table([pa.array([int(pc.sum(table.column(column)).as_py() or 0)], pa.int64())],
+                    schema=TOTAL)
+
+
+def _sum(ray: Any, ds: Any, column: str) -> int:
+    """The sum of ``column``: one row per block, added on the driver (``Dataset.sum`` is an
+    aggregation, i.e. one more shuffle)."""
+    totals = collect(ray, ds.map_batches(column_total, fn_kwargs={"column": column},
+                                         batch_format="pyarrow"), TOTAL)
+    return int(pc.sum(totals.column("total")).as_py() or 0)
 
 
 # -- small map functions (run in Ray tasks) ---------------------------------------------
@@ -176,6 +190,12 @@ def first_rows(table: pa.Table, k: int) -> pa.Table:
     return table.take(pa.array(order))
 
 
+#: the first pass's hash or sketch rows go to the object store in blocks of about this
+#: size: every step of a grouping is a task per block, and a task per chunk (a few hundred
+#: rows for a small file) would cost more in Ray's per-task overhead than its work
+BLOCK_BYTES = 16 << 20
+
+
 class RayGrouping:
     """What the distributed dedup stages share: their first-pass rows go to the object
     store, and after grouping the driver pulls only the report's few rows."""
@@ -184,11 +204,24 @@ class RayGrouping:
         self.ray = ray
         self.parts = parts
         self.refs: list[Any] = []
+        self.pending: list[pa.Table] = []
+        self.pending_bytes = 0
         self.rows = 0
         self.max_seq = -1
 
     def _put(self, table: pa.Table) -> None:
-        self.refs.append(self.ray.put(table))
+        """Add rows of the first pass; they go to the object store in blocks of about
+        :data:`BLOCK_BYTES`."""
+        self.pending.append(table)
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes >= BLOCK_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            block = pa.concat_tables(self.pending, promote_options="default")
+            self.refs.append(self.ray.put(block))
+            self.pending, self.pending_bytes = [], 0
 
     @staticmethod
     def _decision_rows(members: Any, contam: Any, offsets: list[tuple[int, str]], *,
@@ -257,17 +290,18 @@ class RayExactDedup(RayGrouping):
         for t in tables:
             self._put(shift_seq(t, first_ref))
         RUNS.append({"stage": 0, "rows": self.rows})
+        self._flush()
         if not self.refs:
             self._adopt(np.zeros(0, np.int64), [], 0, [])
             return None
-        hashed = self.ray.data.from_arrow_refs(self.refs)
+        hashed = Blocks(self.ray, self.refs)
         members = co_group([("h", hashed, "h0")], partition_steps.hash_groups_step, parts,
                            keep=g.keep, first_ref=first_ref).materialize()
         if offsets:
             contam = co_group([("h", hashed, "h0")], partition_steps.hash_contamination_step,
                               parts, first_ref=first_ref).materialize()
         else:  # no reference set: nothing to look up
-            contam = self.ray.data.from_arrow_refs([self.ray.put(
+            contam = Blocks(self.ray, [self.ray.put(
                 partition_steps.CONTAMINATION.empty_table())])
         sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)
         largest = [exact_dedup.cluster_entry(int(rows[0]["size"]),
@@ -337,11 +371,12 @@ class RayMinHash(RayGrouping):
         stats = {"stage": 1, "rows": self.rows, "rounds": 0, "candidate_pairs": 0,
                  "edges": 0}
         _lap = _stopwatch()
+        self._flush()
         if not self.refs:
             self._adopt(np.zeros(0, np.int64), [], 0, 0, [])
             RUNS.append(stats)
             return None
-        sketches = ray.data.from_arrow_refs(self.refs)
+        sketches = Blocks(ray, self.refs)
         band_rows = sketches.map_batches(bands.band_rows, batch_format="pyarrow")
         pairs = co_group([("b", band_rows, partition_steps.band_key_hash)],
                          partition_steps.bucket_step, parts,
@@ -361,7 +396,7 @@ class RayMinHash(RayGrouping):
         stats.update(candidate_pairs=candidates, edges=edges.count(), s_verify=_lap())
         train = edges.map_batches(training_edges, fn_kwargs={"first_ref": first_ref},
                                   batch_format="pyarrow")
-        star, stats["rounds"] = components(train, parts)
+        star, stats["rounds"] = components(ray, train, parts)
         stats["s_components"] = _lap()
         leaves = co_group([("e", star, "hi"), ("s", for_members, "seq")],
                           partition_steps.attach_leaf_step, parts)
@@ -375,7 +410,7 @@ class RayMinHash(RayGrouping):
                                ("s", _columns(sketches, ["seq", "row_id", "snippet"]), "seq")],
                               partition_steps.contamination_step, parts).materialize()
         else:  # no reference set: nothing to join
-            contam = ray.data.from_arrow_refs([ray.put(
+            contam = Blocks(ray, [ray.put(
                 partition_steps.CONTAMINATION.empty_table())])
         stats["s_members"] = _lap()
         sizes, top, shown, examples = self._report_rows(members, contam, g.report_clusters)

@@ -1,15 +1,19 @@
-"""Co-grouping Ray datasets by a hashed key: the shuffle under distributed dedup.
+"""Co-grouping datasets of Arrow blocks by a hashed key, with plain Ray tasks: the shuffle
+under distributed dedup.
 
-``co_group`` sends every row of one or more datasets to the partition its key hashes to,
-through Ray Data's ``groupby(...).map_groups``, and calls a function once per partition
-with all rows of each input that landed there. That one primitive gives grouping by band
-key (one input) and joins on ``seq`` (two inputs, e.g. candidate pairs and the sketch
-rows they name), with the per-partition work done by plain numpy functions that can be
-tested without Ray.
+A :class:`Blocks` is a list of object refs to Arrow tables; its ``map_batches`` runs a
+function on each block in a Ray task, and :func:`co_group` sends every row of one or more
+of them to the partition its key hashes to and calls a function once per partition with
+all rows of each input that landed there. That one primitive gives grouping by band key
+(one input) and joins on ``seq`` (two inputs, e.g. candidate pairs and the sketch rows they
+name), with the per-partition work done by plain numpy functions that can be tested
+without Ray.
 
-Rows travel as Arrow IPC pieces, one ``(part, name, blob)`` row per input block and
-partition, so the shuffle sorts a handful of rows per block instead of every row, and the
-inputs need no common schema.
+Plain tasks, not Ray Data: each Ray Data execution (a map, a shuffle, a count) costs about a
+second of planning and scheduling on a small cluster whatever the data, and a dedup grouping
+takes about twenty of them. Here a shuffle is one task per input block, which splits the
+block into one Arrow IPC piece per partition (``num_returns``: each piece is its own object),
+and one task per partition, which gets exactly its pieces.
 
     >>> import pyarrow as pa
     >>> t = pa.table({"k": [1, 2, 3, 4]})
@@ -91,33 +95,96 @@ def run_partition(group: pa.Table, *, fn: PartitionFn, names: list[str],
     return fn(tables, **kwargs)
 
 
-def use_sort_shuffle(ds: Any) -> None:
-    """Have ``ds`` (and the datasets derived from it) shuffle with Ray Data's pull-based
-    sort shuffle.
+def _map_block(fn: Callable[..., pa.Table], block: pa.Table,
+               kwargs: dict[str, Any]) -> pa.Table:
+    return fn(block, **kwargs)
 
-    The keys are already hashed into a few partitions, so a shuffle here only moves one
-    small row per block and partition; the sort-based exchange does that in plain tasks,
-    while the default strategies start aggregator actors (seconds per shuffle on a small
-    cluster, tenths with this one). A dataset carries the context it was created with, so
-    this is set on the dataset, not on the global context.
+
+def _part_pieces(pieces: pa.Table, parts: int) -> list[pa.Table]:
+    """The rows of a ``PIECES`` table, one table per partition."""
+    part = pieces.column("part").to_numpy()
+    return [pieces.filter(pa.array(part == p)) for p in range(parts)]
+
+
+def _partition(fn: Callable[..., pa.Table], kwargs: dict[str, Any],
+               *pieces: pa.Table) -> pa.Table:
+    group = pa.concat_tables(pieces) if pieces else PIECES.empty_table()
+    return fn(group, **kwargs)
+
+
+def _num_rows(block: pa.Table) -> int:
+    return block.num_rows
+
+
+#: the remote functions of this module, made once per driver process (and per ``ray``
+#: module: the in-process stand-in of the tests has its own)
+_REMOTE: dict[tuple[int, str], Any] = {}
+
+
+def _remote(ray: Any, fn: Callable[..., Any]) -> Any:
+    key = (id(ray), fn.__name__)
+    if key not in _REMOTE:
+        _REMOTE[key] = ray.remote(num_cpus=1)(fn)
+    return _REMOTE[key]
+
+
+class Blocks:
+    """A dataset as object refs to Arrow tables, transformed by plain Ray tasks (each
+    submitted at once; Ray runs them as their inputs are ready).
+
+    The subset of Ray Data's ``Dataset`` the distributed groupings use: ``map_batches``
+    (one call per block), ``union``, ``materialize``, ``count``, ``to_arrow_refs``.
     """
-    from ray.data.context import ShuffleStrategy
 
-    ds.context.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    def __init__(self, ray: Any, refs: list[Any]) -> None:
+        self.ray = ray
+        self.refs = list(refs)
+
+    def map_batches(self, fn: Callable[..., pa.Table], *,
+                    fn_kwargs: dict[str, Any] | None = None, **_: Any) -> Blocks:
+        task = _remote(self.ray, _map_block)
+        return Blocks(self.ray, [task.remote(fn, r, fn_kwargs or {}) for r in self.refs])
+
+    def union(self, *others: Blocks) -> Blocks:
+        return Blocks(self.ray, self.refs + [r for o in others for r in o.refs])
+
+    def materialize(self) -> Blocks:
+        """The same blocks: their tasks are already submitted."""
+        return self
+
+    def count(self) -> int:
+        task = _remote(self.ray, _num_rows)
+        return int(sum(self.ray.get([task.remote(r) for r in self.refs])))
+
+    def to_arrow_refs(self) -> list[Any]:
+        return list(self.refs)
+
+    def by_part(self, parts: int, step: Callable[..., pa.Table], **kwargs: Any) -> Blocks:
+        """``step(pieces, **kwargs)`` once per partition ``0..parts-1``, with the rows of
+        this ``PIECES`` dataset whose ``part`` is that partition: one task per block splits
+        it (one object per partition), one task per partition gets its objects."""
+        ray = self.ray
+        if not self.refs:
+            return Blocks(ray, [])
+        if parts == 1:  # every block is the one partition's
+            per_block = [[r] for r in self.refs]
+        else:
+            split = _remote(ray, _part_pieces).options(num_returns=parts)
+            per_block = [split.remote(r, parts) for r in self.refs]
+        task = _remote(ray, _partition)
+        return Blocks(ray, [task.remote(step, kwargs, *[b[p] for b in per_block])
+                            for p in range(parts)])
 
 
-def co_group(inputs: list[tuple[str, Any, Key]], fn: PartitionFn, parts: int,
-             **kwargs: Any) -> Any:
-    """A Ray dataset of ``fn``'s outputs, one call per partition of the hashed keys.
+def co_group(inputs: list[tuple[str, Blocks, Key]], fn: PartitionFn, parts: int,
+             **kwargs: Any) -> Blocks:
+    """A dataset of ``fn``'s outputs, one call per partition of the hashed keys.
 
     ``inputs`` are ``(name, dataset, key)``: key a column name or a function of a block
     returning one integer per row. Rows of all inputs with equal keys meet in one call.
     """
-    split = [ds.map_batches(split_block, fn_kwargs={"name": name, "key": key, "parts": parts},
-                            batch_size=None, batch_format="pyarrow", zero_copy_batch=True)
+    split = [ds.map_batches(split_block, fn_kwargs={"name": name, "key": key, "parts": parts})
              for name, ds, key in inputs]
     pieces = split[0].union(*split[1:]) if len(split) > 1 else split[0]
-    use_sort_shuffle(pieces)
-    return pieces.groupby("part", num_partitions=parts).map_groups(
-        run_partition, batch_format="pyarrow",
-        fn_kwargs={"fn": fn, "names": [n for n, _, _ in inputs], "kwargs": kwargs})
+    return pieces.by_part(parts, run_partition, fn=fn, names=[n for n, _, _ in inputs],
+                          kwargs=kwargs)
