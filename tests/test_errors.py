@@ -16,6 +16,8 @@ from cleanpipe.errors import CleanpipeError, ExitCode
 NOT_FOR_THE_USER = {
     # a chat template failing on one record becomes that record's finding
     "cleanpipe.templating.chat.TemplateError",
+    # a conversation the skeleton tracer cannot replay is rendered by jinja instead
+    "cleanpipe.templating.chat_skeleton.Unsupported",
     # a report cleanpipe built that breaks its own schema is a bug (exit 70)
     "cleanpipe.report.schema.ReportSchemaError",
 }

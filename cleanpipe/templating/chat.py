@@ -22,6 +22,14 @@ import jinja2
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from cleanpipe.templating.chat_skeleton import (
+    CLOSE,
+    OPEN,
+    SkeletonRenderer,
+    eligible,
+    refuse_traced,
+)
+
 #: ShareGPT ``from`` values → chat roles (LLaMA-Factory's and FastChat's spellings).
 SHAREGPT_ROLES: dict[str, str] = {
     "human": "user",
@@ -62,34 +70,55 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-@lru_cache(maxsize=32)
-def _compile(source: str) -> jinja2.Template:
+def _environment(tracing: bool) -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[loopcontrols])
-    env.filters["tojson"] = _tojson
+    env.filters["tojson"] = refuse_traced(_tojson) if tracing else _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
-    return env.from_string(source)
+    return env
+
+
+@lru_cache(maxsize=32)
+def _compile(source: str, tracing: bool = False) -> jinja2.Template:
+    return _environment(tracing).from_string(source)
 
 
 class ChatTemplate:
-    """A compiled chat template; ``render`` returns the exact prompt string."""
+    """A compiled chat template; ``render`` returns the exact prompt string.
 
-    def __init__(self, source: str, special_tokens: Mapping[str, str | None] | None = None):
+    Conversations of plain ``{role, content}`` messages (no tools, no extra variables) are
+    rendered from skeletons (:mod:`cleanpipe.templating.chat_skeleton`) when the template
+    allows it, with the same result as jinja; ``skeletons=False`` always runs jinja.
+    """
+
+    def __init__(self, source: str, special_tokens: Mapping[str, str | None] | None = None,
+                 *, skeletons: bool = True):
         self.source = source
         self.special_tokens = dict(special_tokens or {})
         self._template = _compile(source)
+        self.skeletons: SkeletonRenderer | None = None
+        marked = any(OPEN in v or CLOSE in v for v in self.special_tokens.values() if v)
+        if skeletons and not marked and eligible(source, _environment(False)):
+            self.skeletons = SkeletonRenderer(_compile(source, tracing=True),
+                                              self.special_tokens, self._jinja)
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Any = None,
                add_generation_prompt: bool = False, **kwargs: Any) -> str:
         try:
-            return self._template.render(messages=list(messages), tools=tools,
-                                         add_generation_prompt=add_generation_prompt,
-                                         **self.special_tokens, **kwargs)
+            if self.skeletons is not None and tools is None and not kwargs:
+                return self.skeletons.render(messages, add_generation_prompt)
+            return self._jinja(list(messages), add_generation_prompt, tools, **kwargs)
         except TemplateError:
             raise
         except Exception as e:  # jinja errors on odd records become a finding, not a crash
             raise TemplateError(f"{type(e).__name__}: {e}") from e
+
+    def _jinja(self, messages: list[Mapping[str, Any]], add_generation_prompt: bool,
+               tools: Any = None, **kwargs: Any) -> str:
+        return self._template.render(messages=messages, tools=tools,
+                                     add_generation_prompt=add_generation_prompt,
+                                     **self.special_tokens, **kwargs)
 
 
 def _content_text(content: Any) -> str:
