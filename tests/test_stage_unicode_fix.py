@@ -159,3 +159,18 @@ def test_alpaca_zh_default_untouched_but_ftfy_defaults_rewrite() -> None:
     ours_changed = sum(any(stage(s) != s for s in strings_in(r)) for r in records)
     assert ftfy_changed == 962
     assert ours_changed < 20
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFD", "NFKC", "NFKD"])
+def test_shipped_normalization_table_is_the_computed_one(form: str) -> None:
+    """The table read instead of walking every code point holds this Python's Unicode
+    version and equals the walk, form by form."""
+    import unicodedata
+
+    from cleanpipe.text import ftfy_safe
+
+    shipped = json.loads(ftfy_safe.NORMALIZATION_TABLE.read_text(encoding="utf-8"))
+    ranges = shipped[f"{unicodedata.unidata_version}/{form}"]
+    assert normalization_unsafe(form) == frozenset(
+        cp for lo, hi in ranges for cp in range(lo, hi + 1))
+    assert normalization_unsafe(form) == ftfy_safe.computed_normalization_unsafe(form)

@@ -32,10 +32,12 @@ ftfy. The exactness tests on real corpora are the judge of this argument.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import unicodedata
 from functools import cache
+from pathlib import Path
 
 import ftfy
 from ftfy import badness, chardata
@@ -155,9 +157,35 @@ def _composition_seconds() -> frozenset[int]:
     return frozenset(out)
 
 
+NORMALIZATION_TABLE = Path(__file__).with_name("normalization_unsafe.json")
+""":func:`normalization_unsafe` for the Unicode versions it was written for, as code point
+ranges keyed ``"<unicodedata version>/<form>"`` (``python -m cleanpipe.text.ftfy_safe``
+writes it; ``tests/test_unicode_fix*`` checks it against the computation)."""
+
+
 @cache
 def normalization_unsafe(form: str) -> frozenset[int]:
-    """Non-ASCII code points that are not inert under ``form`` (see the module docstring)."""
+    """Non-ASCII code points that are not inert under ``form`` (see the module docstring).
+
+    Read from :data:`NORMALIZATION_TABLE` when it holds this Python's Unicode version:
+    computing it walks every code point, ~2.4 s in every process that fixes text.
+    """
+    shipped = _shipped_tables().get(f"{unicodedata.unidata_version}/{form}")
+    if shipped is not None:
+        return frozenset(cp for lo, hi in shipped for cp in range(lo, hi + 1))
+    return computed_normalization_unsafe(form)
+
+
+@cache
+def _shipped_tables() -> dict[str, list[list[int]]]:
+    try:
+        return json.loads(NORMALIZATION_TABLE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def computed_normalization_unsafe(form: str) -> frozenset[int]:
+    """:func:`normalization_unsafe` computed from :mod:`unicodedata`."""
     decompose = "NFKD" if form in ("NFKC", "NFKD") else "NFD"
     composing = form in ("NFC", "NFKC")
     seconds = _composition_seconds()
@@ -174,6 +202,16 @@ def normalization_unsafe(form: str) -> frozenset[int]:
             if unicodedata.combining(first) or ord(first) in seconds:
                 out.add(cp)
     return frozenset(out)
+
+
+def write_normalization_table(path: Path = NORMALIZATION_TABLE) -> None:
+    """Add this Python's Unicode version to the shipped table (all four forms)."""
+    tables = dict(_shipped_tables()) if path == NORMALIZATION_TABLE else {}
+    for form in ("NFC", "NFD", "NFKC", "NFKD"):
+        ranges = _ranges(computed_normalization_unsafe(form))
+        tables[f"{unicodedata.unidata_version}/{form}"] = [[lo, hi] for lo, hi in ranges]
+    path.write_text(json.dumps(tables, sort_keys=True, separators=(",", ":")) + "\n",
+                    encoding="utf-8")
 
 
 def _ascii_unsafe(unescape_html: object) -> set[int]:
@@ -258,3 +296,8 @@ def needs_ftfy_regex(config: ftfy.TextFixerConfig) -> str:
     if config.unescape_html is not False and entity_re2() is not None:
         pattern += "|" + entity_re2()  # type: ignore[operator]
     return pattern
+
+
+if __name__ == "__main__":
+    write_normalization_table()
+    print(f"{NORMALIZATION_TABLE}: Unicode {unicodedata.unidata_version}")
