@@ -162,8 +162,9 @@ def jsonl_chunks(shard: Shard, nbytes: int, data: bytes, bad_bytes: np.ndarray,
         return
     if not bad_bytes.size:
         table = _fast_json(data)
-        if table is not None and LONG_INT_BYTES.search(data) and any_type(
-                table.schema, pa.types.is_floating):
+        # the schema first: the scan reads every byte (~70 MB/s), the schema is free
+        if table is not None and any_type(table.schema, pa.types.is_floating) \
+                and LONG_INT_BYTES.search(data):
             table = None  # a long integer may have been rounded to a float: check each
         if table is not None:
             n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
