@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import jinja2
@@ -87,20 +88,6 @@ _TRANSFORMS = ("strip", "lstrip", "rstrip", "lower", "upper")
 def ask(text: str, op: str, args: tuple[Any, ...]) -> Any:
     """The answer ``text`` gives to question ``op``: a ``str`` method, or ``"truth"``."""
     return len(text) > 0 if op == "truth" else getattr(text, op)(*args)
-
-
-def evaluate(recipe: Recipe, contents: Sequence[str]) -> str:
-    """The text ``recipe`` makes from a conversation's ``contents``.
-
-        >>> evaluate(("cat", ["<", ("call", ("msg", 0), "strip", ()), ">"]), [" a "])
-        '<a>'
-    """
-    kind = recipe[0]
-    if kind == "msg":
-        return contents[recipe[1]]
-    if kind == "call":
-        return getattr(evaluate(recipe[1], contents), recipe[2])(*recipe[3])
-    return "".join(p if isinstance(p, str) else evaluate(p, contents) for p in recipe[1])
 
 
 class Tracer:
@@ -307,28 +294,47 @@ def _safe_call(node: nodes.Call) -> bool:
     return literal and node.dyn_args is None and node.dyn_kwargs is None
 
 
+def compiled(recipe: Recipe) -> Callable[[Sequence[str]], str]:
+    """The function that makes ``recipe``'s text from a conversation's contents, resolved
+    once into nested closures (a skeleton evaluates its recipes for every row).
+
+        >>> compiled(("cat", ["<", ("call", ("msg", 1), "strip", ()), ">"]))(["", " a "])
+        '<a>'
+    """
+    kind = recipe[0]
+    if kind == "msg":
+        return itemgetter(recipe[1])
+    if kind == "call":
+        inner, op, args = compiled(recipe[1]), recipe[2], recipe[3]
+        return lambda c: getattr(inner(c), op)(*args)
+    parts = [(lambda c, p=p: p) if isinstance(p, str) else compiled(p) for p in recipe[1]]
+    return lambda c: "".join([f(c) for f in parts])
+
+
 class _Skeleton:
     """One path through the template: its guards and its output, split at the markers."""
 
     def __init__(self, tracer: Tracer, output: str) -> None:
-        self.guards = tracer.guards
-        self.parts: list[str | Recipe] = []
+        self.guards = [(compiled(r), op, args, answer) for r, op, args, answer in tracer.guards]
+        self.parts: list[str | Callable[[Sequence[str]], str]] = []
         pos = 0
         for m in _MARKER.finditer(output):
             if m.start() > pos:
                 self.parts.append(output[pos:m.start()])
-            self.parts.append(tracer.recipes[int(m.group(1))])
+            self.parts.append(compiled(tracer.recipes[int(m.group(1))]))
             pos = m.end()
         if pos < len(output):
             self.parts.append(output[pos:])
         self.fills = 0
 
     def holds(self, contents: Sequence[str]) -> bool:
-        return all(ask(evaluate(r, contents), op, args) == answer
-                   for r, op, args, answer in self.guards)
+        for text, op, args, answer in self.guards:
+            if ask(text(contents), op, args) != answer:
+                return False
+        return True
 
     def fill(self, contents: Sequence[str]) -> str:
-        return "".join(p if isinstance(p, str) else evaluate(p, contents) for p in self.parts)
+        return "".join([p if type(p) is str else p(contents) for p in self.parts])
 
 
 class SkeletonRenderer:
@@ -391,7 +397,8 @@ class SkeletonRenderer:
     def _shape(messages: Sequence[Mapping[str, Any]], gen: bool) -> tuple[Any, ...] | None:
         roles = []
         for m in messages:
-            if not isinstance(m, Mapping) or len(m) != 2 or type(m.get("content")) is not str:
+            if (type(m) is not dict and not isinstance(m, Mapping)) or len(m) != 2 \
+                    or type(m.get("content")) is not str:
                 return None
             role = m.get("role")
             if type(role) is not str or OPEN in role or CLOSE in role:
