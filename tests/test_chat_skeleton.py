@@ -162,6 +162,14 @@ def test_a_skeleton_that_disagrees_with_jinja_switches_them_off() -> None:
     assert r.stats["jinja"] == 1
 
 
+def test_messages_whose_keys_come_in_another_order_go_to_jinja() -> None:
+    source = "{% for m in messages %}{% for k, v in m.items() %}{{ k }}={{ v }};{% endfor %}" \
+             "{% endfor %}"
+    fast = _same(source, [[{"content": "a", "role": "user"}], [{"role": "user", "content": "b"}],
+                          [{"content": "c", "role": "user"}]])
+    assert fast.skeletons is not None and fast.skeletons.stats["jinja"] == 2
+
+
 def test_messages_with_more_than_role_and_content_go_to_jinja() -> None:
     source = "{% for m in messages %}{{ m.name }}{{ m.content }}{% endfor %}"
     fast = _same(source, [[{"role": "user", "content": "a", "name": "n"}]] * 3)

@@ -397,8 +397,9 @@ class SkeletonRenderer:
     def _shape(messages: Sequence[Mapping[str, Any]], gen: bool) -> tuple[Any, ...] | None:
         roles = []
         for m in messages:
+            # keys in the order the trace builds them: a template may iterate over them
             if (type(m) is not dict and not isinstance(m, Mapping)) or len(m) != 2 \
-                    or type(m.get("content")) is not str:
+                    or next(iter(m)) != "role" or type(m.get("content")) is not str:
                 return None
             role = m.get("role")
             if type(role) is not str or OPEN in role or CLOSE in role:
