@@ -1,4 +1,4 @@
-"""context_length (Qwen3, format-string template) on t0: a baseline commit vs this tree.
+"""context_length (Qwen3, format-string or chat template) on t0: a baseline commit vs this tree.
 
 Both versions of cleanpipe run in the same benchmark, alternately (baseline, this tree,
 baseline, ...), each in a fresh process that loads the corpus, then times only the stage
@@ -7,6 +7,9 @@ baseline, ...), each in a fresh process that loads the corpus, then times only t
 records found too long, and their counts, must be the same in every run of both versions.
 
 Run from the repo root: .venv/bin/python benchmarks/bench_context_length.py [--runs 3]
+[--template chat --baseline REV]. ``--template chat`` renders each record through the
+tokenizer's own chat template (prompt as the user turn, completion as the assistant's), as
+the default SFT pipeline does, and writes ``results/context_length_chat.md``.
 Data: $CLEANPIPE_REALDATA or ../shared/data. Target (#18): >= 2x the baseline's throughput.
 """
 
@@ -49,8 +52,12 @@ import cleanpipe
 out = {"rows": table.num_rows, "mb": sum(b.nbytes for b in batches) / 1e6,
        "package": str(Path(cleanpipe.__file__).parent)}
 for limit in limits:
-    stage = ContextLength(tokenizer=tok, max_length=limit, template=template,
-                          response_field="completion", append_eos=True)
+    if template == "chat":
+        stage = ContextLength(tokenizer=tok, max_length=limit, prompt_fields=["prompt"],
+                              response_field="completion")
+    else:
+        stage = ContextLength(tokenizer=tok, max_length=limit, template=template,
+                              response_field="completion", append_eos=True)
     stage.setup()
     long_rows, tokenized, start = [], 0, 0
     t0 = time.perf_counter()
@@ -78,12 +85,12 @@ def _baseline(ref: str, into: Path) -> Path:
     return into
 
 
-def _measure(tree: Path, data: Path, tok: Path, cwd: Path) -> dict:
+def _measure(tree: Path, data: Path, tok: Path, cwd: Path, template: str) -> dict:
     # ``python -c`` puts the working folder first on sys.path: run from an empty one, so
     # that PYTHONPATH alone decides which cleanpipe is measured.
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run([sys.executable, "-c", _MEASURE, str(data), str(tok),
-                           json.dumps(LIMITS), str(BATCH), TEMPLATE], cwd=cwd,
+                           json.dumps(LIMITS), str(BATCH), template], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         sys.exit(f"measuring {tree} failed: {proc.stderr[-3000:]}")
@@ -98,6 +105,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--baseline", default="main", help="git ref of the version to beat")
+    ap.add_argument("--template", default=TEMPLATE,
+                    help="a format string, or 'chat' for the tokenizer's chat template")
     args = ap.parse_args()
     data = require_data(DATASET)
     tok = require_data("tokenizers", "qwen3")
@@ -112,7 +121,7 @@ def main() -> None:
         for _ in range(args.runs):
             for name, tree in trees.items():
                 loads.append(os.getloadavg()[0])
-                got = _measure(tree, data, tok, empty)
+                got = _measure(tree, data, tok, empty, args.template)
                 if Path(got["package"]).parent.resolve() != tree.resolve():
                     sys.exit(f"measured {got['package']}, not {tree}")
                 runs[name].append(got)
@@ -123,10 +132,12 @@ def main() -> None:
                 got, want = r[str(limit)], first[str(limit)]
                 if (got["too_long"], got["digest"]) != (want["too_long"], want["digest"]):
                     sys.exit(f"{name}: records too long at {limit} differ from the baseline")
+    how = ("Qwen3's chat template (prompt as the user turn, completion as the assistant's)"
+           if args.template == "chat" else f"template `{args.template}` + eos")
     lines = [
         f"Command: `{command_line()}`", "",
         f"t0 corpus: {first['rows']:,} records ({first['mb']:.0f} MB in Arrow), Qwen3"
-        f" tokenizer, template `{TEMPLATE}` + eos, batches of {BATCH}; stage time of"
+        f" tokenizer, {how}, batches of {BATCH}; stage time of"
         f" `ContextLength.process` over the corpus. Baseline = `{args.baseline}`"
         f" ({base_rev}); {args.runs} interleaved runs of each (fresh process per run),"
         " median (min–max); load average (1 min) before the runs: "
@@ -150,7 +161,8 @@ def main() -> None:
     out = "\n".join(lines) + "\n"
     print(out)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "context_length.md").write_text(out, encoding="utf-8")
+    name = "context_length_chat.md" if args.template == "chat" else "context_length.md"
+    (RESULTS / name).write_text(out, encoding="utf-8")
 
 
 if __name__ == "__main__":
