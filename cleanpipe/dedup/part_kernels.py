@@ -67,6 +67,27 @@ def _ends_sentence(data: np.ndarray, i: int, end: int, mode: int) -> bool:
     return c == 0x82 and i >= 2 and data[i - 2] == 0xE3 and data[i - 1] == 0x80
 
 
+@njit(cache=True, inline="always")
+def _word_end(data: np.ndarray, i: int, end: int) -> tuple[int, bool]:
+    """``(j, closes)``: the word starting at ``i`` is ``data[i:j]``; ``closes`` when it ends
+    a sentence. A word ends at a space, or just after a sentence end inside it.
+
+    Within a word only U+3002 (last byte 0x82) can end a sentence: ``. ? ! ; :`` and the
+    closing quote need a space (or the end) after them, which ends the word anyway. So the
+    scan tests two byte values, and :func:`_ends_sentence` runs once a word (and at 0x82
+    bytes) rather than at every byte.
+    """
+    j = i
+    while j < end:
+        c = data[j]
+        if c == 32:
+            break
+        j += 1
+        if c == 0x82 and _ends_sentence(data, j - 1, end, MODE_WORD):
+            return j, True
+    return j, _ends_sentence(data, j - 1, end, MODE_WORD)
+
+
 @ahead_of_time("Tuple((u4[:], i8[:], i8[:], u4[:], u4[:], i8[:]))(u1[:], i8[:], i1[:], u8)")
 @njit(cache=True)
 def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
@@ -98,11 +119,8 @@ def sentence_sets(data: np.ndarray, offsets: np.ndarray, modes: np.ndarray,
                 i += 1
                 continue
             j = i + 1
-            closes = _ends_sentence(data, i, end, mode)
             if mode == MODE_WORD:
-                while j < end and data[j] != 32 and not closes:
-                    closes = _ends_sentence(data, j, end, mode)
-                    j += 1
+                j, closes = _word_end(data, i, end)
             else:
                 while j < end and (data[j] & 0xC0) == 0x80:
                     j += 1
