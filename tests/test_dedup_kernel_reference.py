@@ -1,10 +1,12 @@
-"""The dedup kernels tuned for speed give what a plain Python statement of their rule gives.
+"""The dedup kernels tuned for speed give what a plain statement of their rule gives.
 
-``sentence_sets`` (the per-part records of ``minhash_dedup``) and ``sort_unique`` (the sets of
-every stage) were rewritten for speed on t0; these tests hold them to a byte-by-byte Python
-reference of the rule they keep (the per-byte sentence-end test of the original kernel,
-``xxhash`` for the hashes, ``sorted(set())`` for the sets), on real t0 prompts and on
-adversarial text in both shingle modes.
+``sentence_sets`` (the per-part records of ``minhash_dedup``), ``sort_unique`` (the sets of
+every stage) and ``prompts_near`` (the prompt test of candidate pairs) were rewritten for
+speed on t0. These tests hold the first two to a byte-by-byte Python reference of the rule
+they keep (the per-byte sentence-end test of the original kernel, ``xxhash`` for the
+hashes, ``sorted(set())`` for the sets), on real t0 prompts and on adversarial text in both
+shingle modes, and the prompt test to ``prompts_near_by_rule`` (the rule walked once per
+direction and rule) on t0's candidate pairs.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ import pytest
 import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from numba import njit
 
-from cleanpipe.dedup import kernels, part_kernels
+from cleanpipe.contract.stage import BatchContext
+from cleanpipe.dedup import cluster, kernels, part_kernels
 from cleanpipe.dedup.text import buffers, normalize
+from cleanpipe.stages.minhash_dedup import MinHashDedup
 from tests.conftest import realdata
 from tests.guard_data import read_t0
 
@@ -127,3 +132,61 @@ def test_sorted_unique_segments_equal_numpy_unique(size: int) -> None:
     for d in range(sizes.size):
         assert values[new_off[d]:new_off[d + 1]].tolist() == \
             np.unique(hashes[off[d]:off[d + 1]]).tolist()
+
+
+@njit(cache=True)
+def _both_rules(v: np.ndarray, off: np.ndarray, left: np.ndarray, right: np.ndarray,
+                at_least: float) -> np.ndarray:
+    """``(prompts_near, prompts_near_by_rule)`` of each record pair, as 0/1 columns."""
+    out = np.zeros((left.size, 2), dtype=np.int8)
+    for t in range(left.size):
+        a, b = off[left[t]], off[right[t]]
+        out[t, 0] = part_kernels.prompts_near(v, a, b, at_least)
+        out[t, 1] = part_kernels.prompts_near_by_rule(v, a, b, at_least)
+    return out
+
+
+def _edits(prompt: str, rng: np.random.Generator) -> list[str]:
+    """Copies of ``prompt`` with one word replaced, left out or added, a full stop left
+    out, and its question's last word replaced: each rule of the prompt test in play."""
+    words = prompt.split(" ")
+    k = int(rng.integers(0, len(words)))
+    out = [" ".join([*words[:k], "zyzzyva", *words[k + 1:]]),
+           " ".join(words[:k] + words[k + 1:]),
+           " ".join([*words[:k], "zyzzyva", *words[k:]]),
+           prompt.replace(". ", " ", 1)]
+    q = prompt.rfind("?")
+    if q > 0:
+        w = prompt.rfind(" ", 0, q)
+        out.append(prompt[:w + 1] + "zyzzyva" + prompt[q:])
+    return out
+
+
+@pytest.mark.realdata
+def test_one_pass_prompt_test_equals_the_rule_on_t0() -> None:
+    """:func:`part_kernels.prompts_near` (one walk per direction) decides as the rule does
+    on t0's candidate pairs (same passage, other question...), on edited copies of t0
+    prompts (each rule of the test in play) and on unrelated rows."""
+    t0 = read_t0(realdata("sft_self_instruct_t0_50k")).slice(0, 12000)
+    rng = np.random.default_rng(0)
+    prompts, completions = t0["prompt"].to_pylist(), t0["completion"].to_pylist()
+    n = len(prompts)
+    planted = []
+    for i in rng.choice(n, 1500, replace=False).tolist():
+        for copy in _edits(prompts[i], rng):
+            planted.append(i)
+            prompts.append(copy)
+            completions.append(completions[i])
+    batch = pa.record_batch({"prompt": prompts, "completion": completions})
+    stage = MinHashDedup(num_perm=112, bands=14, rows=8, threshold=0.7)
+    sk = stage.sketch(batch, BatchContext(batch, ["prompt", "completion"]))
+    left, right = cluster.candidate_pairs(sk.keys, sk.valid)
+    other = rng.integers(0, n, (2, 20000))
+    left = np.r_[left, planted, other[0]]
+    right = np.r_[right, np.arange(n, n + len(planted)), other[1]]
+    assert sk.sets is not None and sk.set_off is not None
+    for at_least in (0.5, 0.7, 0.9):
+        got = _both_rules(sk.sets, sk.set_off, left, right, at_least)
+        np.testing.assert_array_equal(got[:, 0], got[:, 1])
+        if at_least == 0.7:  # both answers occur
+            assert 100 < got[:, 0].sum() < left.size - 100
