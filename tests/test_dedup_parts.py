@@ -188,6 +188,31 @@ def test_joined_mode_keys_are_datasketch_lsh_keys() -> None:
     assert np.array_equal(sketch.keys, kernels.band_keys(np.stack(sigs), b, r))
 
 
+def test_parts_mode_keys_are_datasketch_keys_of_both_parts() -> None:
+    """With parts, a row's band keys are datasketch's LSH keys of its prompt's and its
+    response's shingles together, also where the prompt repeats shingles (the prompt is
+    signed from its shingles as they come, the response from its set)."""
+    again = "say it again and again and again and again and again. "
+    batch = pa.record_batch({
+        "prompt": [PASSAGE + " Who won?", again * 4, "Name a colour.", "", again],
+        "completion": ["On Tuesday, the committee met.", "Again.", "Blue.", "Empty prompt.",
+                       again * 3]})
+    stage = MinHashDedup()
+    sketch = stage.prepare(batch, BatchContext(batch, ["prompt", "completion"]))
+    assert sketch.parts
+    sigs = []
+    for prompt, completion in zip(batch.column("prompt").to_pylist(),
+                                  batch.column("completion").to_pylist(), strict=True):
+        m = datasketch.MinHash(num_perm=128, seed=1, hashfunc=xxhash.xxh32_intdigest)
+        for text in (prompt, completion):
+            norm = normalize(pa.array([text]))
+            mode = int(shingle_modes(norm, "auto", 0.3)[0])
+            m.update_batch(python_shingles(norm[0].as_py(), mode, 5, 2))
+        sigs.append(np.asarray(m.hashvalues, dtype=np.uint32))
+    b, r = stage.band_rows()
+    assert np.array_equal(sketch.keys, kernels.band_keys(np.stack(sigs), b, r))
+
+
 # -- t0 adversarial_qa: every different question kept, planted copies dropped -------------
 
 TEMPLATES = {

@@ -271,12 +271,12 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
         """Rows compared part by part: one signature of both parts' shingles (its bands
         find the candidates), and each row's :mod:`~cleanpipe.dedup.part_kernels` record."""
         (p_sh, p_modes, p_norm), (r_sh, _, _) = (self._shingles(t) for t in raw)
-        p_sets, p_off = kernels.sorted_unique_segments(p_sh.hashes, p_sh.doc_off)
         r_sets, r_off = kernels.sorted_unique_segments(r_sh.hashes, r_sh.doc_off)
-        # the prompt's shingles only find candidates: prompts are verified by sentence
+        # the prompt's shingles only find candidates: prompts are verified by sentence, so
+        # they are signed as they come (a minimum ignores repeats): t0's prompts repeat 1%
+        # of their shingles, and sorting them into sets cost 0.3 s of t0's 0.47 s
         # the signature of the union of two sets is the minimum of their signatures
-        sig = np.minimum(signatures(Shingled(p_sets, p_off), self.num_perm, self.seed,
-                                    self.scheme),
+        sig = np.minimum(signatures(p_sh, self.num_perm, self.seed, self.scheme),
                          signatures(Shingled(r_sets, r_off), self.num_perm, self.seed,
                                     self.scheme))
         data, offsets = buffers(p_norm)
