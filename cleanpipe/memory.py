@@ -73,8 +73,6 @@ def release_free_memory() -> None:
 
 
 
-#: ``madvise`` advice: reclaim the range's pages now (Linux >= 5.4; contents are kept)
-MADV_PAGEOUT = 21
 #: ``madvise`` advice: drop the range's page mappings; for a read-only, unmodified mapping of
 #: a file the next access maps the same file page again
 MADV_DONTNEED = 4
@@ -132,9 +130,11 @@ def release_compiler_pages() -> None:
     Importing numba maps about 100 MB of ``libllvmlite.so`` (its static initialisers are
     spread over the file). Only read-only mappings with no page of their own are let go
     (:func:`clean_library_ranges`): each of their pages is the file's, so one used again is
-    simply mapped (or read) again, and nothing changes but memory. ``MADV_PAGEOUT`` frees
-    the pages no other process maps, ``MADV_DONTNEED`` unmaps the others (they stay in the
-    page cache, as any file read does). A kernel without them (or no Linux) changes nothing.
+    simply mapped (or read) again, and nothing changes but memory. ``MADV_DONTNEED`` unmaps
+    them and leaves them in the page cache, as any file read does: the kernel frees them
+    when it needs the memory, and the next run's import of numba finds them there (evicting
+    them with ``MADV_PAGEOUT`` would make it read them from disk). Without ``madvise`` (not
+    Linux) nothing changes.
     """
     fn = _madvise()
     if fn is None:
@@ -145,5 +145,4 @@ def release_compiler_pages() -> None:
     except OSError:
         return
     for start, length in clean_library_ranges(COMPILER_LIBRARIES, smaps):
-        fn(start, length, MADV_PAGEOUT)
         fn(start, length, MADV_DONTNEED)
