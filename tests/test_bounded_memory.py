@@ -21,7 +21,7 @@ from cleanpipe.contract.stage import BatchContext
 from cleanpipe.dedup import cluster
 from cleanpipe.dedup.rows import RowBook
 from cleanpipe.io.row_bytes import row_bytes
-from cleanpipe.io.writers import FixedGroupWriter, PartWriter
+from cleanpipe.io.writers import FixedGroupWriter, PartWriter, RowGroups
 from cleanpipe.stages.minhash_dedup import MinHashDedup, _gather
 
 
@@ -188,3 +188,21 @@ def test_minhash_decisions_unchanged_through_pickle() -> None:
     assert sorted(found["near_duplicate"]) == [1, 2]
     assert all("r0" in d for d in found["near_duplicate"].values())
     assert found == run(through_pickle=False)
+
+
+def test_a_row_group_is_written_without_the_batches_it_was_copied_from() -> None:
+    """Issue #18: a group is copied into one chunk to be written; the batches it came from
+    (as many bytes again) are let go first, but for the one the rest of the rows is in."""
+    groups = RowGroups(pa.schema([("t", pa.string())]), rows=1 << 20, max_bytes=24 << 20)
+    base = pa.total_allocated_bytes()
+    for _ in range(32):  # 32 batches of ~1 MB
+        groups.add(pa.table({"t": pa.array(["x" * 1000] * 1000)}))
+    pending = pa.total_allocated_bytes() - base
+    sizes = []
+    for group in groups.full(final=True):
+        written = group.combine_chunks()  # what a writer writes: one chunk per column
+        assert written.column(0).num_chunks == 1
+        sizes.append(written.num_rows)
+        assert pa.total_allocated_bytes() - base <= pending + (2 << 20)
+        del written
+    assert sum(sizes) == 32_000 and len(sizes) == 2

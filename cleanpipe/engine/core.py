@@ -57,7 +57,7 @@ from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.engine.shard_quarantine import ShardQuarantine
 from cleanpipe.fault_points import pause_point
 from cleanpipe.fields import discover_text_fields
-from cleanpipe.memory import release_free_memory
+from cleanpipe.memory import release_compiler_pages, release_free_memory
 from cleanpipe.spec import PipelineSpec
 
 #: batches between two trims of the C heap (see memory.release_free_memory)
@@ -448,6 +448,7 @@ class Run:
             else:
                 g.finalize()
             release_free_memory()  # finalize's temporaries: often the largest of the run
+            release_compiler_pages()  # LLVM's code, if finalize loaded kernels
             state.stage_stats[seg.closing].seconds += own + time.perf_counter() - t0
             self.progress.note(f"{g.name}: second pass")
             engine.second_pass(seg.closing, decisions)

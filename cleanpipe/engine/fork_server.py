@@ -28,6 +28,7 @@ import pickle
 
 from cleanpipe.engine.worker_death import die_with_parent
 from cleanpipe.engine.worker_start import WARM_ENV, run_warm_up
+from cleanpipe.memory import release_compiler_pages
 
 _warmed: bytes | None = None
 
@@ -68,3 +69,4 @@ if os.environ.get(WARM_ENV):
     _warm_from_env()
     gc.collect()  # the warm-up's garbage would otherwise be frozen into every worker
     gc.freeze()
+    release_compiler_pages()  # the kernels are loaded: the server only forks from now on

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from cleanpipe.engine.worker_death import die_with_parent
 from cleanpipe.engine.worker_start import WorkerStart, can_fork_here, run_warm_up, worker_context
+from cleanpipe.memory import release_compiler_pages
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -76,6 +77,9 @@ class WorkerPool:
                 self._ex = ProcessPoolExecutor(self.workers, mp_context=self._start.context,
                                                initializer=_init_from,
                                                initargs=(frozen, self._start.parent_pid))
+            # the warm-up loaded the kernels the workers run: LLVM's code, mapped here by
+            # importing numba (~100 MB), is no longer needed here (see the function)
+            release_compiler_pages()
         return self
 
     def _fork_here(self, frozen: bytes) -> ProcessPoolExecutor:

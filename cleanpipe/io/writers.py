@@ -87,7 +87,13 @@ class RowGroups:
         self.rows += table.num_rows
 
     def full(self, final: bool) -> Iterator[pa.Table]:
-        """The groups that are complete (and, when ``final``, the rest as the last one)."""
+        """The groups that are complete (and, when ``final``, the rest as the last one), each
+        in one chunk: Parquet pages follow chunks, and chunks follow batches.
+
+        The batches a group is copied from are let go before it is yielded (all but one the
+        rest is still in), so writing a group (up to 32 MB of rows, and its encoded pages)
+        does not also hold the batches it was copied from.
+        """
         while self.rows:
             if not final and self.rows < self.max_rows and self._bytes < self.max_bytes:
                 return  # no group can be complete yet: skip the row-by-row search
@@ -105,7 +111,9 @@ class RowGroups:
             self._sizes = [sizes[n:]] if rest.num_rows else []
             self._bytes = int(sizes[n:].sum())
             self.rows = rest.num_rows
-            yield table.slice(0, n)
+            group = table.slice(0, n).combine_chunks()
+            del table, rest  # the copied batches, but those the rest is still in
+            yield group
 
 
 def _write_jsonl(table: pa.Table, path: Path) -> None:
@@ -156,8 +164,7 @@ class PartWriter:
     def _flush(self, final: bool) -> None:
         assert self._writer is not None and self._pending is not None
         for group in self._pending.full(final):
-            # one chunk per group: Parquet pages follow chunks, and chunks follow batches
-            self._writer.write_table(group.combine_chunks(), row_group_size=group.num_rows)
+            self._writer.write_table(group, row_group_size=group.num_rows)
 
     def _close_current(self) -> None:
         if self._writer is not None:
@@ -236,7 +243,7 @@ class FixedGroupWriter:
 
     def _flush(self, final: bool) -> None:
         for group in self._pending.full(final):
-            self._writer.write_table(group.combine_chunks(), row_group_size=group.num_rows)
+            self._writer.write_table(group, row_group_size=group.num_rows)
 
     def close(self) -> None:
         self._flush(final=True)
