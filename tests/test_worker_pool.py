@@ -72,3 +72,21 @@ def test_progress_bar_starts_no_thread() -> None:
         prog.close()
         if tqdm.monitor is not None:
             tqdm.monitor.exit()
+
+
+def _parallelism(_: int) -> str | None:
+    return os.environ.get("TOKENIZERS_PARALLELISM")
+
+
+def test_pool_workers_leave_the_cores_to_the_pool_unless_told_otherwise(monkeypatch) -> None:
+    """Each of several workers running its own tokenizer thread pool oversubscribes the
+    cores: workers switch it off, but keep a value the user set; both start methods."""
+    for start in ("fork", "forkserver"):
+        monkeypatch.setenv("CLEANPIPE_WORKER_START", start)
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+        with WorkerPool(2, _init, (["a"],)) as pool:
+            assert set(pool.map(_parallelism, range(4))) == {"false"}
+        assert "TOKENIZERS_PARALLELISM" not in os.environ  # this process untouched
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+        with WorkerPool(2, _init, (["a"],)) as pool:
+            assert set(pool.map(_parallelism, range(4))) == {"true"}

@@ -24,7 +24,13 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from cleanpipe.engine.worker_death import die_with_parent
-from cleanpipe.engine.worker_start import WorkerStart, can_fork_here, run_warm_up, worker_context
+from cleanpipe.engine.worker_start import (
+    TOKENIZERS_PARALLELISM,
+    WorkerStart,
+    can_fork_here,
+    run_warm_up,
+    worker_context,
+)
 from cleanpipe.memory import release_compiler_pages
 
 T = TypeVar("T")
@@ -95,7 +101,7 @@ class WorkerPool:
             except Exception:  # best effort: a worker meets the error again and reports it
                 pass
         ex = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"),
-                                 initializer=die_with_parent, initargs=(os.getpid(),))
+                                 initializer=_start_worker, initargs=(os.getpid(),))
         # With fork, the executor starts every worker at the first submit: do it now, while
         # this process has no other thread and the collector leaves inherited objects alone.
         gc.collect()
@@ -146,8 +152,17 @@ class WorkerPool:
                 f.cancel()
 
 
-def _init_from(frozen: bytes, parent: int) -> None:
+def _start_worker(parent: int) -> None:
+    """What every pool worker does first: die with ``parent``, and leave the cores to the
+    pool. Each worker is one of several processes sharing the machine's cores, so a
+    tokenizer's own thread pool in each would only oversubscribe them (and costs ~20 MB a
+    worker); the user's explicit ``TOKENIZERS_PARALLELISM`` is kept."""
     die_with_parent(parent)
+    os.environ.setdefault(TOKENIZERS_PARALLELISM, "false")
+
+
+def _init_from(frozen: bytes, parent: int) -> None:
+    _start_worker(parent)
     # imported here, not at the top: in the fork server it must come last (it runs the warm-up)
     from cleanpipe.engine import fork_server
 

@@ -43,7 +43,8 @@ WARM_ENV = "CLEANPIPE_WORKER_WARM"
 #: ``forkserver`` to never fork the calling process, ``spawn`` to fork nothing (say, for a
 #: stage whose setup starts threads)
 START_ENV = "CLEANPIPE_WORKER_START"
-_TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
+TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
+"""Environment variable the ``tokenizers`` library reads before each batch call."""
 
 
 def can_fork_here() -> bool:
@@ -60,15 +61,15 @@ def can_fork_here() -> bool:
 def run_warm_up(warm: Callable[[], None]) -> None:
     """``warm()`` with tokenizers' thread pool kept unstarted: once started, forked children
     do not inherit it (they run single-threaded, with a warning)."""
-    before = os.environ.get(_TOKENIZERS_PARALLELISM)
-    os.environ[_TOKENIZERS_PARALLELISM] = "false"
+    before = os.environ.get(TOKENIZERS_PARALLELISM)
+    os.environ[TOKENIZERS_PARALLELISM] = "false"
     try:
         warm()
     finally:
         if before is None:
-            del os.environ[_TOKENIZERS_PARALLELISM]
+            del os.environ[TOKENIZERS_PARALLELISM]
         else:
-            os.environ[_TOKENIZERS_PARALLELISM] = before
+            os.environ[TOKENIZERS_PARALLELISM] = before
 
 
 @dataclass
