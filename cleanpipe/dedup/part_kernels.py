@@ -228,16 +228,25 @@ def _copied(v: np.ndarray, p: int, pe: int, q: int, qe: int, at_least: float) ->
 
 
 @njit(cache=True)
+def _sentence_starts(v: np.ndarray, b: int) -> np.ndarray:
+    """Where each of record ``b``'s prompt sentences starts in ``v``, and where the last
+    one ends."""
+    nb_s = v[b + 1]
+    starts = np.empty(nb_s + 1, dtype=np.int64)
+    starts[0] = b + HEADER + 2 * nb_s + v[b]
+    for y in range(nb_s):
+        starts[y + 1] = starts[y] + v[b + HEADER + y]
+    return starts
+
+
+@njit(cache=True)
 def _sentences_covered(v: np.ndarray, a: int, b: int, at_least: float,
                        one_word: bool) -> bool:
     """Every prompt sentence of record ``a`` has a near copy among record ``b``'s; with
     ``one_word``, a sentence not ending at ``?`` may instead differ from one of them by a
     single word (replaced, added or left out)."""
     na_s, nb_s = v[a + 1], v[b + 1]
-    starts = np.empty(nb_s + 1, dtype=np.int64)
-    starts[0] = b + HEADER + 2 * nb_s + v[b]
-    for y in range(nb_s):
-        starts[y + 1] = starts[y] + v[b + HEADER + y]
+    starts = _sentence_starts(v, b)
     pa_ = a + HEADER + 2 * na_s + v[a]
     nxt = 0  # copies keep their order: look after the previous match first
     for x in range(na_s):
@@ -273,10 +282,7 @@ def _coverage(v: np.ndarray, a: int, b: int, at_least: float) -> int:
     different question: 100k pairs, 2.3 us each).
     """
     na_s, nb_s = v[a + 1], v[b + 1]
-    starts = np.empty(nb_s + 1, dtype=np.int64)
-    starts[0] = b + HEADER + 2 * nb_s + v[b]
-    for y in range(nb_s):
-        starts[y + 1] = starts[y] + v[b + HEADER + y]
+    starts = _sentence_starts(v, b)
     pa_ = a + HEADER + 2 * na_s + v[a]
     nxt = 0  # copies keep their order: look after the previous match first
     level = 2
