@@ -7,7 +7,9 @@ FULL := $(VENV)/.installed-test
 # numba kernels compiled ahead of time (cleanpipe/precompiled.py): a small run compiles nothing
 KERNELS := cleanpipe/precompiled.py cleanpipe/dedup/kernels.py cleanpipe/dedup/part_kernels.py \
 	cleanpipe/text/byte_kernels.py
-PRECOMPILED := cleanpipe/_precompiled.json
+# the build writes the generic module, then the one for this CPU: the last one written stands
+# for both (a checkout built before there was a host module builds again)
+PRECOMPILED := cleanpipe/_precompiled_host.json
 
 .PHONY: demo test test-slow lint bench setup clean
 

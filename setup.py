@@ -12,7 +12,9 @@ builds nothing here: ``make setup`` builds the kernels in the source tree.
 
 Example: ``pip wheel --no-deps .`` gives ``cleanpipe-<version>-cp311-cp311-linux_x86_64.whl``
 holding ``cleanpipe/_precompiled.cpython-311-x86_64-linux-gnu.so`` and
-``cleanpipe/_precompiled.json``.
+``cleanpipe/_precompiled.json`` (for any x86-64), and ``cleanpipe/_precompiled_host.*`` (for
+the CPU the wheel was built on: used only on a CPU of the same name and features, as where
+``pip install .`` builds and installs the wheel on one machine).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
-# the names cleanpipe.precompiled gives what it builds (the module and its fingerprint)
-BUILT = "_precompiled.*"
+# the names cleanpipe.precompiled gives what it builds (the modules, generic and for the
+# build's CPU, and their fingerprints)
+BUILT = "_precompiled*.*"
 
 
 class BuildPyWithKernels(build_py):

@@ -9,13 +9,24 @@ extension module, ``cleanpipe/_precompiled.*.so``, from the very same Python sou
 results are identical by construction (and ``tests/test_precompiled.py`` checks it on real
 data and adversarial inputs).
 
-A call goes to that compiled twin when the module exists, was built from the current source
-files and numba version (a fingerprint written next to it; a stale build is ignored, never
-used), the arguments fit its signature, and the process has fed that kernel less than
-:data:`SMALL_BYTES` so far. Past that, or with no twin, calls take the JIT path as before:
-compiled on first use for this CPU and cached per user (:mod:`cleanpipe.numba_cache`), which
-pays for itself on inputs that size.
-``CLEANPIPE_PRECOMPILED=0`` switches the twins off (:func:`mode`).
+The same build compiles two modules. ``_precompiled`` is for any x86-64 CPU (what a wheel
+needs), so it lacks the JIT's vector instructions: its MinHash loop runs ~5x slower than the
+JIT's. ``_precompiled_host`` is compiled for the CPU the build runs on (LLVM's name for it,
+which sets the instruction set, as the JIT's code has) and for C-contiguous arrays (as the JIT
+specialises on them; both are needed: a host twin for any layout, or a C-layout twin for any
+x86-64, is still ~5x slower): on that CPU it runs as fast as the JIT (within measuring noise
+on t0), so there a call of any size goes to it and a run compiles nothing.
+
+A call goes to the host twin when that module was built from the current source files and
+numba version (a fingerprint written next to it; a stale build is ignored, never used), this
+machine's CPU name and feature flags equal those it was built on (recorded in the same
+fingerprint: a wheel built elsewhere ships one that is never used), and the arguments fit
+(C-contiguous arrays of the declared types). Otherwise it goes to the generic twin under the
+same fingerprint and fit rules while the process has fed that kernel less than
+:data:`SMALL_BYTES`. Past that, or with no twin, calls take the JIT path as before: compiled
+on first use for this CPU and cached per user (:mod:`cleanpipe.numba_cache`), which pays for
+itself on inputs that size.
+``CLEANPIPE_PRECOMPILED=0`` switches the twins off, ``generic`` the host twins (:func:`mode`).
 
     >>> import numpy as np
     >>> from cleanpipe.dedup import kernels
@@ -35,14 +46,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
-from numba.core import sigutils, types
+from numba.core import sigutils, types, typing
 
 PACKAGE = Path(__file__).resolve().parent
 MODULE = "_precompiled"
-"""Name of the extension module (inside the ``cleanpipe`` package)."""
+"""Name of the extension module for any x86-64 CPU (inside the ``cleanpipe`` package)."""
 FINGERPRINT = PACKAGE / f"{MODULE}.json"
+HOST_MODULE = "_precompiled_host"
+"""Name of the extension module for the CPU the build ran on."""
+HOST_FINGERPRINT = PACKAGE / f"{HOST_MODULE}.json"
 KERNEL_MODULES = ("cleanpipe.dedup.kernels", "cleanpipe.dedup.part_kernels",
                   "cleanpipe.text.byte_kernels")
 """Modules whose :func:`ahead_of_time` kernels the build compiles."""
@@ -50,7 +65,8 @@ SMALL_BYTES = 16 << 20
 """Array bytes a process hands one kernel's twin before it compiles the kernel instead."""
 
 _KERNELS: dict[str, Kernel] = {}
-_twins: Any = None  # the loaded extension module, False if unusable, None before looking
+# the loaded extension modules (generic, host), False if unusable, None before looking
+_twins: dict[bool, Any] = {False: None, True: None}
 
 
 class Kernel:
@@ -66,42 +82,56 @@ class Kernel:
         self.__name__ = func.__name__
         self.__wrapped__ = func
         self._twin_bytes = 0
-        self._types: list[tuple[Any, ...]] | None = None
+        self._types: dict[bool, list[tuple[Any, ...]]] | None = None
 
     def twin_names(self) -> list[str]:
         """Exported names of the twins, one per signature."""
         return [f"{self.name}_{i}" for i in range(len(self.signatures))]
 
-    def twin(self, *args: Any) -> Any:
-        """Call the ahead-of-time twin (``LookupError`` when there is none that fits)."""
-        mod = load_twins()
+    def host_signatures(self) -> list[Any]:
+        """The signatures of the host twins: the declared ones with C-contiguous arrays."""
+        return [typing.signature(ret, *map(_contiguous, params))
+                for params, ret in map(sigutils.normalize_signature, self.signatures)]
+
+    def twin(self, *args: Any, host: bool = False) -> Any:
+        """Call the ahead-of-time twin, the host one with ``host`` (``LookupError`` when
+        there is none that fits)."""
+        mod = load_twins(host=host)
         if not mod:
-            raise LookupError("no usable precompiled kernels: run python -m "
-                              "cleanpipe.precompiled")
+            raise LookupError(f"no usable precompiled kernels{' for this CPU' * host}: run "
+                              "python -m cleanpipe.precompiled")
         bound = self._params.bind(*args)
         bound.apply_defaults()
         # A compiled twin does not check what it is given (an int32 array read as int64
-        # crashes): call it only with the types the JIT would infer for the same signature.
+        # crashes, a strided one read as contiguous reads wrong bytes): call it only with
+        # the types the JIT would infer for the same signature.
         got = [numba.typeof(a) for a in bound.args]
-        for name, want in zip(self.twin_names(), self._arg_types(), strict=True):
+        for name, want in zip(self.twin_names(), self._arg_types(host), strict=True):
             if len(got) == len(want) and all(map(_fits, got, want)):
                 return getattr(mod, name)(*bound.args)
         raise LookupError(f"{self.name}: no precompiled signature fits these arguments")
 
-    def _arg_types(self) -> list[tuple[Any, ...]]:
-        if self._types is None:
-            self._types = [sigutils.normalize_signature(s)[0] for s in self.signatures]
-        return self._types
+    def _arg_types(self, host: bool) -> list[tuple[Any, ...]]:
+        if self._types is None:  # parsed once: a kernel may be called per row group
+            self._types = {False: [sigutils.normalize_signature(s)[0]
+                                   for s in self.signatures],
+                           True: [s.args for s in self.host_signatures()]}
+        return self._types[host]
 
     def __call__(self, *args: Any) -> Any:
         how = mode()
-        if how == "only":
-            return self.twin(*args)
-        # The twin is built for any x86-64, so it lacks the JIT's vector instructions (the
-        # MinHash loop runs ~7x slower): once this process has fed it SMALL_BYTES, or the
-        # JIT version is compiled anyway, compiling pays for itself.
+        if how in ("only", "host"):
+            return self.twin(*args, host=how == "host")
+        if how == "auto" and load_twins(host=True):
+            try:
+                return self.twin(*args, host=True)
+            except LookupError:  # a strided array or an unexported type: as below
+                pass
+        # The generic twin is built for any x86-64, so it lacks the JIT's vector
+        # instructions (the MinHash loop runs ~5x slower): once this process has fed it
+        # SMALL_BYTES, or the JIT version is compiled anyway, compiling pays for itself.
         size = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
-        if (how == "auto" and self._twin_bytes + size <= SMALL_BYTES
+        if (how in ("auto", "generic") and self._twin_bytes + size <= SMALL_BYTES
                 and not self.dispatcher.overloads):
             try:
                 out = self.twin(*args)
@@ -116,10 +146,16 @@ class Kernel:
 def _fits(got: Any, want: Any) -> bool:
     """An argument typed ``got`` (as the JIT types it) fits the declared type ``want``."""
     if isinstance(want, types.Array):
-        # any layout: the twins are compiled for layout "A"; read-only inputs are only read
+        # layout "A" takes any layout, "C" (host twins) only C-contiguous arrays; read-only
+        # inputs are only read
         return (isinstance(got, types.Array) and got.dtype == want.dtype
-                and got.ndim == want.ndim)
+                and got.ndim == want.ndim and want.layout in ("A", got.layout))
     return got == want
+
+
+def _contiguous(t: Any) -> Any:
+    """``t`` with layout "C" where it is an array type."""
+    return t.copy(layout="C") if isinstance(t, types.Array) else t
 
 
 def ahead_of_time(*signatures: str) -> Callable[[Any], Kernel]:
@@ -132,10 +168,12 @@ def ahead_of_time(*signatures: str) -> Callable[[Any], Kernel]:
 
 
 def mode() -> str:
-    """``CLEANPIPE_PRECOMPILED``: ``auto`` (default), ``0`` (JIT only) or ``only`` (twins
-    only, an error where none fits: for tests that compare the two paths)."""
+    """``CLEANPIPE_PRECOMPILED``: ``auto`` (default), ``0`` (JIT only), ``generic`` (no host
+    twins: ``auto`` as it is on another CPU), or ``only`` / ``host`` (generic / host twins
+    only, an error where none fits: for tests that compare the paths)."""
     got = os.environ.get("CLEANPIPE_PRECOMPILED", "auto")
-    return {"0": "off", "off": "off", "only": "only"}.get(got, "auto")
+    return {"0": "off", "off": "off", "only": "only", "host": "host",
+            "generic": "generic"}.get(got, "auto")
 
 
 def fingerprint(files: list[str]) -> dict[str, Any]:
@@ -145,23 +183,42 @@ def fingerprint(files: list[str]) -> dict[str, Any]:
                       if (PACKAGE / f).is_file() else None for f in sorted(files)}}
 
 
-def load_twins(*, again: bool = False) -> Any:
-    """The extension module if it was built from the current sources, else ``False``
+def host_cpu() -> dict[str, str]:
+    """The CPU this process runs on, as LLVM (so numba's JIT) names it and its features.
+
+        >>> sorted(host_cpu())
+        ['cpu', 'features']
+    """
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # LLVM cannot tell on this platform: it matches no build
+        features = "unknown"
+    return {"cpu": llvm.get_host_cpu_name(), "features": features}
+
+
+def load_twins(*, host: bool = False, again: bool = False) -> Any:
+    """The generic extension module, or with ``host`` the one for this CPU, if it was built
+    from the current sources (and on a CPU of this name and features), else ``False``
     (looked up once; ``again`` looks again, after a build)."""
-    global _twins
-    if _twins is None or again:
-        _twins = False
+    if _twins[host] is None or again:
+        _twins[host] = False
         try:
-            built = json.loads(FINGERPRINT.read_text(encoding="utf-8"))
-            if fingerprint(list(built["files"])) == built:
-                _twins = importlib.import_module(f"cleanpipe.{MODULE}")
+            built = json.loads((HOST_FINGERPRINT if host else FINGERPRINT)
+                               .read_text(encoding="utf-8"))
+            want = fingerprint(list(built["files"]))
+            if host:
+                want.update(host_cpu())
+            if want == built:
+                _twins[host] = importlib.import_module(
+                    f"cleanpipe.{HOST_MODULE if host else MODULE}")
         except (OSError, ValueError, KeyError, ImportError):
             pass
-    return _twins
+    return _twins[host]
 
 
-def build(output_dir: Path = PACKAGE) -> Path:
-    """Compile every marked kernel into ``output_dir``; returns the extension's path."""
+def build(output_dir: Path = PACKAGE, *, host: bool = False) -> Path:
+    """Compile every marked kernel into ``output_dir``, for any x86-64 or with ``host`` for
+    this CPU; returns the extension's path."""
     import warnings
 
     with warnings.catch_warnings():
@@ -171,21 +228,34 @@ def build(output_dir: Path = PACKAGE) -> Path:
     for m in KERNEL_MODULES:
         files.append(str(Path(importlib.import_module(m).__file__).resolve()
                          .relative_to(PACKAGE)))
-    cc = CC(MODULE)
+    built = fingerprint(files)
+    cc = CC(HOST_MODULE if host else MODULE)
     cc.output_dir = str(output_dir)
+    if host:
+        built.update(host_cpu())
+        # pycc takes a CPU name, no feature list (the JIT passes both): the code may use
+        # what LLVM's model of that CPU has. A machine reporting the name while hiding one
+        # of its vector extensions (a VM without AVX-512, say) would fault in the host twin;
+        # CLEANPIPE_PRECOMPILED=generic is the way round that.
+        cc.target_cpu = built["cpu"]
     for k in _KERNELS.values():
-        for name, sig in zip(k.twin_names(), k.signatures, strict=True):
+        sigs = k.host_signatures() if host else k.signatures
+        for name, sig in zip(k.twin_names(), sigs, strict=True):
             cc.export(name, sig)(k.dispatcher.py_func)
     cc.compile()
-    (output_dir / FINGERPRINT.name).write_text(json.dumps(fingerprint(files), indent=1),
-                                               encoding="utf-8")
+    (output_dir / (HOST_FINGERPRINT if host else FINGERPRINT).name).write_text(
+        json.dumps(built, indent=1), encoding="utf-8")
     return output_dir / cc.output_file
 
 
 def main(argv: list[str]) -> None:
-    """``python -m cleanpipe.precompiled [output_dir]``: build the twins."""
-    out = build(Path(argv[0]) if argv else PACKAGE)
-    print(f"precompiled {len(_KERNELS)} kernels into {out}")
+    """``python -m cleanpipe.precompiled [output_dir]``: build the twins, generic and for
+    this CPU."""
+    out = Path(argv[0]) if argv else PACKAGE
+    for host in (False, True):
+        path = build(out, host=host)
+        print(f"precompiled {len(_KERNELS)} kernels into {path}"
+              + f" (for this CPU: {host_cpu()['cpu']})" * host)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ with event.install_recorder('numba:compile') as rec:
     fixed = Whitespace(action='fix')(rows['text'])
 compiled = sorted({e.data['dispatcher'].py_func.__qualname__ for _, e in rec.buffer})
 print(json.dumps({'kept': kept, 'fixed': fixed, 'compiled': compiled,
-                  'package': cleanpipe.__file__, 'twins': bool(precompiled.load_twins())}))
+                  'package': cleanpipe.__file__, 'twins': bool(precompiled.load_twins()),
+                  'host_twins': bool(precompiled.load_twins(host=True))}))
 """
 
 

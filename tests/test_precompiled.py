@@ -1,6 +1,8 @@
-"""The ahead-of-time kernels (the no-JIT path of small runs) give exactly what the JIT
-kernels give: every kernel output compared array by array, on real data and on adversarial
-text, and whole pipeline runs compared byte by byte."""
+"""The ahead-of-time kernels (the no-JIT path of small runs, and of every run on the CPU
+they were built on) give exactly what the JIT kernels give: every kernel output compared
+array by array, on real data and on adversarial text, and whole pipeline runs compared byte
+by byte; the twins built for this CPU are used, with no size limit, only on a CPU of the
+name and features they were built for."""
 
 from __future__ import annotations
 
@@ -48,10 +50,12 @@ SCANS = (
 
 @pytest.fixture(scope="module", autouse=True)
 def twins() -> object:
-    """The extension module, built first when missing or stale (``make setup`` builds it)."""
-    if not precompiled.load_twins():
-        precompiled.build()
-        assert precompiled.load_twins(again=True), "the fresh build is not usable"
+    """The extension modules (generic, for this CPU), each built first when missing or
+    stale (``make setup`` builds them)."""
+    for host in (False, True):
+        if not precompiled.load_twins(host=host):
+            precompiled.build(host=host)
+            assert precompiled.load_twins(host=host, again=True), "the build is not usable"
     return precompiled.load_twins()
 
 
@@ -61,6 +65,17 @@ def _jit(kernel: precompiled.Kernel, *args: object) -> object:
 
 def _twin(kernel: precompiled.Kernel, *args: object) -> object:
     return kernel.twin(*args)
+
+
+def _host(kernel: precompiled.Kernel, *args: object) -> object:
+    """The host twin; it takes only C-contiguous arrays, so a strided one (the legacy
+    permutations) must be refused, and is then handed over as a contiguous copy."""
+    if all(a.flags.c_contiguous for a in args if isinstance(a, np.ndarray)):
+        return kernel.twin(*args, host=True)
+    with pytest.raises(LookupError, match="no precompiled signature"):
+        kernel.twin(*args, host=True)
+    return kernel.twin(*(np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a
+                         for a in args), host=True)
 
 
 def _kernel_outputs(texts: list[str | None], call, seed: int = 3) -> dict[str, object]:
@@ -122,7 +137,7 @@ def _assert_same(got: object, want: object, where: str = "") -> None:
 
 def _scans(texts: list[str | None], monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     got: dict[str, object] = {}
-    for how in ("0", "only"):
+    for how in ("0", "only", "host"):
         monkeypatch.setenv("CLEANPIPE_PRECOMPILED", how)
         arr = pa.array(texts, pa.large_string())
         got[how] = tuple(scan(x) for scan in SCANS for x in (arr, arr.slice(1)))
@@ -130,9 +145,10 @@ def _scans(texts: list[str | None], monkeypatch: pytest.MonkeyPatch) -> dict[str
 
 
 def test_every_marked_kernel_is_exported(twins: object) -> None:
+    host = precompiled.load_twins(host=True)
     for k in (kernels.xxh32_shingles, kernels.minhash_signatures, part_kernels.pair_similarity,
               byte_kernels.scan):
-        assert all(hasattr(twins, name) for name in k.twin_names())
+        assert all(hasattr(twins, name) and hasattr(host, name) for name in k.twin_names())
     assert {"kernels__union_find", "byte_kernels__scan"} <= set(precompiled._KERNELS)
 
 
@@ -140,7 +156,9 @@ def test_every_marked_kernel_is_exported(twins: object) -> None:
 @given(st.lists(st.one_of(TEXT, st.none()), min_size=1, max_size=12))
 def test_twins_equal_jit_on_adversarial_text(texts: list[str | None]) -> None:
     texts = texts + [t + " edited" for t in texts if t]  # near copies give pairs to verify
-    _assert_same(_kernel_outputs(texts, _twin), _kernel_outputs(texts, _jit))
+    jit = _kernel_outputs(texts, _jit)
+    _assert_same(_kernel_outputs(texts, _twin), jit)
+    _assert_same(_kernel_outputs(texts, _host), jit)
 
 
 def test_byte_scan_twin_equals_jit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,6 +167,7 @@ def test_byte_scan_twin_equals_jit(monkeypatch: pytest.MonkeyPatch) -> None:
              .decode("utf-8", "replace"), "<|endoftext|>", "中文\u3000全角", "🏴 flag"]
     got = _scans(texts * 3, monkeypatch)
     _assert_same(got["only"], got["0"])
+    _assert_same(got["host"], got["0"])
     assert any(b.any() for b in got["only"])  # the scans do fire on these
 
 
@@ -165,9 +184,11 @@ def test_twins_equal_jit_on_t0(monkeypatch: pytest.MonkeyPatch) -> None:
                                            t0["completion"].to_pylist(), strict=True)]
     twin, jit = _kernel_outputs(texts, _twin), _kernel_outputs(texts, _jit)
     _assert_same(twin, jit)
+    _assert_same(_kernel_outputs(texts, _host), jit)
     assert (twin["similarity_0.7"] >= 0.7).any()  # t0 holds near copies: verified pairs
     got = _scans(texts, monkeypatch)
     _assert_same(got["only"], got["0"])
+    _assert_same(got["host"], got["0"])
 
 
 @pytest.mark.realdata
@@ -179,16 +200,101 @@ def test_check_pipeline_is_byte_identical_on_both_paths(tmp_path: Path, capsys,
     src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
                    encoding="utf-8")
     outs = {}
-    for how in ("only", "0"):
+    for how in ("only", "host", "0"):
         monkeypatch.setenv("CLEANPIPE_PRECOMPILED", how)
         outs[how] = tmp_path / f"out_{how}"
         code, _, err = cli(capsys, "run", str(PIPELINE), "--input", str(src), "-o",
                            str(outs[how]), "-q", "--no-progress", "--workers", "1")
         assert code in (0, 1), err
     assert output_files(outs["only"]) == output_files(outs["0"])
+    assert output_files(outs["host"]) == output_files(outs["0"])
     rep = stable_report(outs["only"])
-    assert rep == stable_report(outs["0"])
+    assert rep == stable_report(outs["0"]) == stable_report(outs["host"])
     assert any(r["code"] == "near_duplicate" for r in rep["reasons"]), rep["reasons"]
+
+
+class _NoJit:
+    """Stands in for a kernel's numba dispatcher: records the calls it gets."""
+
+    def __init__(self, jit: object) -> None:
+        self.jit, self.calls, self.overloads = jit, 0, {}
+
+    def __call__(self, *args: object) -> object:
+        self.calls += 1
+        return self.jit(*args)
+
+
+def _big_minhash_call() -> tuple[tuple[object, ...], int]:
+    """MinHash arguments over more than SMALL_BYTES (past the generic twin's share)."""
+    rng = np.random.default_rng(7)
+    n = precompiled.SMALL_BYTES // 4 + 1000
+    hashes = np.sort(rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32))
+    off = np.arange(0, n + 1, 50, dtype=np.int64)
+    off[-1] = n
+    a, b = permutations(16, 3, "affine32")
+    return (hashes, off, a, b, kernels.SCHEME_AFFINE32), off.size - 1
+
+
+def test_host_twins_serve_a_big_call_on_their_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU they were built on (this one), a call past SMALL_BYTES goes to the host
+    twin, not the JIT, and gives what the JIT gives."""
+    built = json.loads(precompiled.HOST_FINGERPRINT.read_text(encoding="utf-8"))
+    assert {k: built[k] for k in ("cpu", "features")} == precompiled.host_cpu()
+    args, n_docs = _big_minhash_call()
+    spy = _NoJit(kernels.minhash_signatures.dispatcher)
+    monkeypatch.setattr(kernels.minhash_signatures, "dispatcher", spy)
+    monkeypatch.setenv("CLEANPIPE_PRECOMPILED", "auto")
+    got = kernels.minhash_signatures(*args)
+    assert spy.calls == 0 and got.shape == (n_docs, 16)
+    _assert_same(got, spy.jit(*args))
+    # a strided array fits no host twin: the call takes today's path, here the JIT
+    strided = (args[0], args[1], np.repeat(args[2], 2)[::2], args[3], args[4])
+    _assert_same(kernels.minhash_signatures(*strided), got)
+    assert spy.calls == 1
+
+
+@pytest.mark.parametrize("differ", ["cpu", "features"])
+def test_host_twins_are_not_used_on_another_cpu(differ: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host build whose CPU name or features differ from this machine's is never loaded:
+    a big call goes to the JIT, a small one to the generic twin, as without a host build."""
+    real = precompiled.host_cpu()
+    other = {**real, differ: real[differ].replace("+", "-") + "x"}
+    try:
+        # the same build, its fingerprint saying it was built on another CPU
+        built = json.loads(precompiled.HOST_FINGERPRINT.read_text(encoding="utf-8"))
+        stamp = tmp_path / precompiled.HOST_FINGERPRINT.name
+        stamp.write_text(json.dumps({**built, **other}), encoding="utf-8")
+        monkeypatch.setattr(precompiled, "HOST_FINGERPRINT", stamp)
+        assert not precompiled.load_twins(host=True, again=True)
+        # and this machine reporting another CPU against the real fingerprint
+        monkeypatch.undo()
+        monkeypatch.setattr(precompiled, "host_cpu", lambda: other)
+        assert not precompiled.load_twins(host=True, again=True)
+        monkeypatch.setenv("CLEANPIPE_PRECOMPILED", "auto")
+        args, _ = _big_minhash_call()
+        spy = _NoJit(kernels.minhash_signatures.dispatcher)
+        monkeypatch.setattr(kernels.minhash_signatures, "dispatcher", spy)
+        got = kernels.minhash_signatures(*args)
+        assert spy.calls == 1
+        small = (args[0][:1000], np.array([0, 500, 1000]), *args[2:])
+        _assert_same(kernels.minhash_signatures(*small), spy.jit(*small))
+        assert spy.calls == 1  # the small one went to the generic twin
+        with pytest.raises(LookupError, match="for this CPU"):
+            kernels.minhash_signatures.twin(*args, host=True)
+        _assert_same(got, spy.jit(*args))
+    finally:
+        monkeypatch.undo()
+        assert precompiled.load_twins(host=True, again=True)
+
+
+def test_generic_mode_leaves_the_host_twins_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    args, _ = _big_minhash_call()
+    spy = _NoJit(kernels.minhash_signatures.dispatcher)
+    monkeypatch.setattr(kernels.minhash_signatures, "dispatcher", spy)
+    monkeypatch.setenv("CLEANPIPE_PRECOMPILED", "generic")
+    kernels.minhash_signatures(*args)
+    assert spy.calls == 1
 
 
 def test_fresh_read_only_install_compiles_nothing(tmp_path: Path) -> None:
@@ -198,7 +304,7 @@ def test_fresh_read_only_install_compiles_nothing(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     got = small_run(sys.executable, home, pythonpath=site)
-    assert got["package"].startswith(str(site)) and got["twins"]
+    assert got["package"].startswith(str(site)) and got["twins"] and got["host_twins"]
     assert got["compiled"] == []
     assert len(got["kept"]) == 2 and len(got["fixed"]) == 3
     assert not list(home.rglob("*.nbi")) and not list(site.rglob("*.nbi"))

@@ -18,14 +18,15 @@ pytestmark = pytest.mark.slow  # each builds a wheel (~1 min on 2 cores)
 
 def _built(wheel: Path) -> list[str]:
     return [n for n in zipfile.ZipFile(wheel).namelist()
-            if n.startswith("cleanpipe/_precompiled.")]
+            if n.startswith("cleanpipe/_precompiled")]
 
 
 def test_wheel_ships_kernels_and_its_fresh_install_compiles_nothing(tmp_path: Path) -> None:
     wheel, log = build_wheel(tmp_path / "build")
     built = _built(wheel)
-    assert "cleanpipe/_precompiled.json" in built
-    assert any(re.fullmatch(r"cleanpipe/_precompiled\.[\w.-]+\.so", n) for n in built), built
+    assert {"cleanpipe/_precompiled.json", "cleanpipe/_precompiled_host.json"} <= set(built)
+    for module in ("_precompiled", "_precompiled_host"):  # for any x86-64, for this CPU
+        assert any(re.fullmatch(rf"cleanpipe/{module}\.[\w.-]+\.so", n) for n in built), built
     assert not wheel.name.endswith("-none-any.whl")  # a compiled module: tagged for platform
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if "__pycache__" in n or n.endswith((".nbi", ".nbc"))]
@@ -37,6 +38,7 @@ def test_wheel_ships_kernels_and_its_fresh_install_compiles_nothing(tmp_path: Pa
     got = small_run(str(python), home)
     assert got["package"].startswith(str(tmp_path / "venv")), got["package"]
     assert got["twins"]  # the installed package loads its twins (fingerprint matches)
+    assert got["host_twins"]  # and, installed on the CPU it was built on, the host ones
     assert got["compiled"] == []
     assert len(got["kept"]) == 2 and len(got["fixed"]) == 3
     assert not list(home.rglob("*.nbi"))
@@ -53,6 +55,6 @@ def test_wheel_without_a_c_compiler_falls_back_to_jit(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     got = small_run(str(python), home)
-    assert not got["twins"] and got["compiled"]  # it works, compiling on first use
+    assert not got["twins"] and not got["host_twins"] and got["compiled"]  # compiles
     assert len(got["kept"]) == 2 and len(got["fixed"]) == 3
 

@@ -32,7 +32,7 @@ def build_wheel(root: Path, *, env: dict[str, str] | None = None) -> tuple[Path,
     for p in SOURCES:
         if p.is_dir():
             shutil.copytree(p, src / p.name, ignore=shutil.ignore_patterns(
-                "__pycache__", "_precompiled.*", "*.nbi", "*.nbc"))
+                "__pycache__", "_precompiled.*", "_precompiled_host.*", "*.nbi", "*.nbc"))
         else:
             src.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, src / p.name)
