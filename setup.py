@@ -13,8 +13,8 @@ builds nothing here: ``make setup`` builds the kernels in the source tree.
 Example: ``pip wheel --no-deps .`` gives ``cleanpipe-<version>-cp311-cp311-linux_x86_64.whl``
 holding ``cleanpipe/_precompiled.cpython-311-x86_64-linux-gnu.so`` and
 ``cleanpipe/_precompiled.json`` (for any x86-64), and ``cleanpipe/_precompiled_host.*`` (for
-the CPU the wheel was built on: used only on a CPU of the same name and features, as where
-``pip install .`` builds and installs the wheel on one machine).
+the x86-64 level of the CPU the wheel was built on: used only on CPUs that have every
+feature of that level).
 """
 
 from __future__ import annotations

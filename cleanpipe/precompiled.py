@@ -11,16 +11,16 @@ data and adversarial inputs).
 
 The same build compiles two modules. ``_precompiled`` is for any x86-64 CPU (what a wheel
 needs), so it lacks the JIT's vector instructions: its MinHash loop runs ~5x slower than the
-JIT's. ``_precompiled_host`` is compiled for the CPU the build runs on (LLVM's name for it,
-which sets the instruction set, as the JIT's code has) and for C-contiguous arrays (as the JIT
-specialises on them; both are needed: a host twin for any layout, or a C-layout twin for any
-x86-64, is still ~5x slower): on that CPU it runs as fast as the JIT (within measuring noise
-on t0), so there a call of any size goes to it and a run compiles nothing.
+JIT's. ``_precompiled_host`` is compiled for the highest x86-64 level (:data:`LEVELS`:
+v4 is AVX-512) the build machine's CPU has, and for C-contiguous arrays (as the JIT
+specialises on them; both are needed: a level twin for any layout, or a C-layout twin for any
+x86-64, is still ~5x slower): on a CPU of that level it runs about as fast as the JIT (within
+measuring noise on t0), so there a call of any size goes to it and a run compiles nothing.
 
 A call goes to the host twin when that module was built from the current source files and
 numba version (a fingerprint written next to it; a stale build is ignored, never used), this
-machine's CPU name and feature flags equal those it was built on (recorded in the same
-fingerprint: a wheel built elsewhere ships one that is never used), and the arguments fit
+machine's CPU has every feature of the level it was built for (recorded in the same
+fingerprint: a wheel built on a newer CPU ships one that is not used here), and the arguments fit
 (C-contiguous arrays of the declared types). Otherwise it goes to the generic twin under the
 same fingerprint and fit rules while the process has fed that kernel less than
 :data:`SMALL_BYTES`. Past that, or with no twin, calls take the JIT path as before: compiled
@@ -183,32 +183,63 @@ def fingerprint(files: list[str]) -> dict[str, Any]:
                       if (PACKAGE / f).is_file() else None for f in sorted(files)}}
 
 
-def host_cpu() -> dict[str, str]:
-    """The CPU this process runs on, as LLVM (so numba's JIT) names it and its features.
+#: x86-64 micro-architecture levels (the psABI's), lowest first, with the CPU features each
+#: adds to the one before (LLVM's names). The host twins are built for a level, not for a CPU
+#: model: a level names its instructions exactly, so a twin uses none this CPU lacks (a CPU
+#: model would also bring what a VM may hide, AVX-512 say), and any CPU of that level runs it.
+LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("x86-64-v2", ("cx16", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2", "ssse3")),
+    ("x86-64-v3", ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave")),
+    ("x86-64-v4", ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")),
+)
 
-        >>> sorted(host_cpu())
-        ['cpu', 'features']
-    """
+
+def cpu_features() -> frozenset[str]:
+    """The features LLVM (so numba's JIT) finds on this CPU; none where it cannot tell."""
     try:
-        features = llvm.get_host_cpu_features().flatten()
-    except RuntimeError:  # LLVM cannot tell on this platform: it matches no build
-        features = "unknown"
-    return {"cpu": llvm.get_host_cpu_name(), "features": features}
+        return frozenset(k for k, on in llvm.get_host_cpu_features().items() if on)
+    except RuntimeError:
+        return frozenset()
+
+
+def host_level(features: frozenset[str] | None = None) -> str | None:
+    """The highest of :data:`LEVELS` whose features (and the lower levels') this CPU has.
+
+        >>> host_level(frozenset({"cx16", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2",
+        ...                       "ssse3", "avx"}))
+        'x86-64-v2'
+        >>> host_level(frozenset()) is None
+        True
+    """
+    have = cpu_features() if features is None else features
+    best, need = None, set()
+    for name, adds in LEVELS:
+        need.update(adds)
+        if not need <= have:
+            break
+        best = name
+    return best
+
+
+def runs_here(level: str) -> bool:
+    """Whether this CPU has every feature of ``level`` (a name not in :data:`LEVELS`: no)."""
+    names = [name for name, _ in LEVELS]
+    here = host_level()
+    return level in names and here is not None and names.index(here) >= names.index(level)
 
 
 def load_twins(*, host: bool = False, again: bool = False) -> Any:
     """The generic extension module, or with ``host`` the one for this CPU, if it was built
-    from the current sources (and on a CPU of this name and features), else ``False``
+    from the current sources (and for a level this CPU has), else ``False``
     (looked up once; ``again`` looks again, after a build)."""
     if _twins[host] is None or again:
         _twins[host] = False
         try:
             built = json.loads((HOST_FINGERPRINT if host else FINGERPRINT)
                                .read_text(encoding="utf-8"))
-            want = fingerprint(list(built["files"]))
-            if host:
-                want.update(host_cpu())
-            if want == built:
+            level = built.pop("level", None) if host else None
+            if fingerprint(list(built["files"])) == built and (not host or (
+                    level is not None and runs_here(level))):
                 _twins[host] = importlib.import_module(
                     f"cleanpipe.{HOST_MODULE if host else MODULE}")
         except (OSError, ValueError, KeyError, ImportError):
@@ -228,16 +259,15 @@ def build(output_dir: Path = PACKAGE, *, host: bool = False) -> Path:
     for m in KERNEL_MODULES:
         files.append(str(Path(importlib.import_module(m).__file__).resolve()
                          .relative_to(PACKAGE)))
-    built = fingerprint(files)
+    built: dict[str, Any] = fingerprint(files)
     cc = CC(HOST_MODULE if host else MODULE)
     cc.output_dir = str(output_dir)
     if host:
-        built.update(host_cpu())
-        # pycc takes a CPU name, no feature list (the JIT passes both): the code may use
-        # what LLVM's model of that CPU has. A machine reporting the name while hiding one
-        # of its vector extensions (a VM without AVX-512, say) would fault in the host twin;
-        # CLEANPIPE_PRECOMPILED=generic is the way round that.
-        cc.target_cpu = built["cpu"]
+        level = host_level()
+        if level is None:
+            raise LookupError("this CPU is below x86-64-v2: no host twins")
+        built["level"] = level
+        cc.target_cpu = level
     for k in _KERNELS.values():
         sigs = k.host_signatures() if host else k.signatures
         for name, sig in zip(k.twin_names(), sigs, strict=True):
@@ -253,9 +283,13 @@ def main(argv: list[str]) -> None:
     this CPU."""
     out = Path(argv[0]) if argv else PACKAGE
     for host in (False, True):
-        path = build(out, host=host)
+        try:
+            path = build(out, host=host)
+        except LookupError as e:
+            print(f"no host twins: {e}")
+            continue
         print(f"precompiled {len(_KERNELS)} kernels into {path}"
-              + f" (for this CPU: {host_cpu()['cpu']})" * host)
+              + f" (for {host_level()} CPUs)" * host)
 
 
 if __name__ == "__main__":
