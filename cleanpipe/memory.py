@@ -72,7 +72,6 @@ def release_free_memory() -> None:
         fn(0)
 
 
-
 #: ``madvise`` advice: drop the range's page mappings; for a read-only, unmodified mapping of
 #: a file the next access maps the same file page again
 MADV_DONTNEED = 4

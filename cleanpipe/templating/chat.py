@@ -99,7 +99,7 @@ class ChatTemplate:
         self._template = _compile(source)
         self.skeletons: SkeletonRenderer | None = None
         marked = any(OPEN in v or CLOSE in v for v in self.special_tokens.values() if v)
-        if skeletons and not marked and eligible(source, _environment(False)):
+        if skeletons and not marked and eligible(source, self._template.environment):
             self.skeletons = SkeletonRenderer(_compile(source, tracing=True),
                                               self.special_tokens, self._jinja)
 
