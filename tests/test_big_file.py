@@ -154,6 +154,8 @@ def test_one_file_and_shards_give_the_same_data(tmp_path, capsys, monkeypatch):
 def test_progress_prints_lines_as_blocks_are_read(tmp_path, monkeypatch):
     """Not on a terminal: a line every ``interval`` seconds, bytes growing with each."""
     monkeypatch.setenv(BLOCK_ENV, "4096")
+    # pieces of 100 lines (a piece is at most 1 MiB): this small file reads as a big one does
+    monkeypatch.setattr(jsonl_reader, "PIECE_LINES", 100)
     src = _write(tmp_path / "train.jsonl", _odd_lines(1500))
     clock = iter(float(t) for t in range(0, 10**6, 5))
     out = io.StringIO()

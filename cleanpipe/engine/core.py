@@ -41,6 +41,7 @@ import xxhash
 
 from cleanpipe.contract.findings import merge_metrics
 from cleanpipe.contract.stage import BatchContext, BatchStage, GlobalStage, Stage
+from cleanpipe.engine import read_notes
 from cleanpipe.engine.apply import (
     CHAR_EDGES,
     StageBatchStats,
@@ -125,6 +126,12 @@ class RunState:
     #: worker processes (or Ray actors) the run used
     workers: int = 1
     input_schema: pa.Schema | None = None
+    #: reading's bookkeeping (:mod:`cleanpipe.engine.read_notes`): the shard whose batches
+    #: are being counted, its fix examples (they follow its unreadable records), and the
+    #: columns of the batches with rows
+    reading_shard: str | None = None
+    fix_examples: list[dict[str, Any]] = field(default_factory=list)
+    columns_seen: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -173,6 +180,18 @@ def decide_batch(stage: GlobalStage, idx: int, rows: Rows, text_fields: list[str
     return kept, DecidedBatch(idx, stats, dropped)
 
 
+class ToRead(Protocol):
+    """Batches still to be read (``engine.reading.PieceRead``): the first segment reads
+    them where it runs (:meth:`SegmentWorker.run_task`)."""
+
+    @property
+    def num_rows(self) -> int:
+        """At least the rows it will read."""
+
+    def read(self) -> list[Rows]:
+        """The batches, read."""
+
+
 class SegmentWorker:
     """The run's stages in one process, each set up on first use, and the work of one batch
     through one segment.
@@ -202,6 +221,13 @@ class SegmentWorker:
         g = self.stage(i)
         assert isinstance(g, GlobalStage)
         return g
+
+    def run_task(self, seg_i: int, item: Rows | ToRead) -> list[TaskResult]:
+        """One task of segment ``seg_i``: a batch, or batches still to be read (read here
+        first), each through :meth:`run`."""
+        if isinstance(item, Rows):
+            return [self.run(seg_i, item)]
+        return [self.run(seg_i, rows) for rows in item.read()]
 
     def run(self, seg_i: int, rows: Rows) -> TaskResult:
         """``rows`` through segment ``seg_i``: its stateless stages in order, then the
@@ -374,6 +400,9 @@ class Run:
         if res.rows.unreadable is not None:
             on_quarantine(res.rows.unreadable)
             res.rows.unreadable = None
+        if res.rows.read_notes is not None:
+            read_notes.record(state, res.rows.read_notes, self.progress)
+            res.rows.read_notes = None
         if res.hist_before is not None:
             state.hist_before += np.asarray(res.hist_before, np.int64)
         if res.hist_after is not None:
@@ -438,6 +467,8 @@ class Run:
                     engine.hold(res.rows)
             if ordered is not None:
                 ordered.flush()
+            if seg_i == 0:
+                read_notes.finish(state, self.spec.fields)
             if g is None or seg.closing is None:
                 break
             t0 = time.perf_counter()

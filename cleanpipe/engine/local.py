@@ -37,6 +37,7 @@ from cleanpipe.engine.core import (
     SegmentWorker,
     Sinks,
     TaskResult,
+    ToRead,
     decide_batch,
 )
 from cleanpipe.engine.parallel import WorkerPool, default_workers
@@ -75,9 +76,9 @@ def _warm_worker(sample: pa.RecordBatch | None) -> None:
     _worker.warm(sample)
 
 
-def _segment_task(args: tuple[int, Rows]) -> TaskResult:
+def _segment_task(args: tuple[int, Rows | ToRead]) -> list[TaskResult]:
     assert _worker is not None
-    return _worker.run(*args)
+    return _worker.run_task(*args)
 
 
 # ------------------------------------------------------------------------------- spill
@@ -113,7 +114,7 @@ class LocalEngine:
     pool's workers, a first pass's rows wait in a :class:`Spill`, and a global stage
     decides on them here, batch by batch, as the second pass feeds them to the workers."""
 
-    def __init__(self, run: Run, pool: WorkerPool, stream: Iterable[Rows],
+    def __init__(self, run: Run, pool: WorkerPool, stream: Iterable[Rows | ToRead],
                  spill_dir: Path) -> None:
         self.run = run
         self.pool = pool
@@ -125,8 +126,9 @@ class LocalEngine:
 
     def results(self, seg_i: int) -> Iterator[tuple[DecidedBatch | None, TaskResult]]:
         tasks = ((seg_i, r) for r in self.stream)
-        for res in self.pool.map(_segment_task, tasks):
-            yield (self.pending.popleft() if seg_i else None), res
+        for results in self.pool.map(_segment_task, tasks):
+            for res in results:
+                yield (self.pending.popleft() if seg_i else None), res
 
     def grouping(self, stage: GlobalStage) -> None:
         return None  # one machine: the stage observes and finalizes itself
@@ -143,7 +145,7 @@ class LocalEngine:
             spill.finish()
         self.stream = self.decided(idx, spill)
 
-    def decided(self, idx: int, spill: Spill | None) -> Iterator[Rows]:
+    def decided(self, idx: int, spill: Spill | None) -> Iterator[Rows | ToRead]:
         """The second pass of stage ``idx``: each batch's kept rows (even none), while its
         counters and drops wait in ``pending`` to be merged with the same batch's next
         results."""
@@ -173,6 +175,7 @@ def _rows(run: Run, source: Any, workers: int | None, tmp_dir: Path | None) -> I
         # peek up to the first batch with rows: its schema names the text fields by default
         head: list[Rows] = []
         for r in rows_iter:
+            assert isinstance(r, Rows)  # read here until the first rows (reading.read_rows)
             head.append(r)
             run.note_fields(r)
             if r.num_rows:

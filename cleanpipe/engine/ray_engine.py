@@ -55,6 +55,7 @@ from cleanpipe.engine.core import (
     SegmentWorker,
     Sinks,
     TaskResult,
+    ToRead,
     decide_batch,
 )
 from cleanpipe.engine.progress import Progress
@@ -117,19 +118,22 @@ class SegmentMapper:
         self.seg_i = seg_i
         self.decide_idx = decide_idx
 
-    def __call__(self, chunks: list[tuple[int, Rows]],
+    def __call__(self, chunks: list[tuple[int, Rows | ToRead]],
                  decisions: pa.Table | None) -> list[tuple[int, Any]]:
         w = self.worker
         out = []
         for i, rows in chunks:
             decided = None
             if self.decide_idx is not None:
+                assert isinstance(rows, Rows)  # a second pass: rows held from the first
                 g = w.global_stage(self.decide_idx)
                 if decisions is not None and rows.num_rows:
                     g = g.with_decisions(_decisions_of(decisions, rows.seq))
                 rows, decided = decide_batch(g, self.decide_idx, rows, w.text_fields,
                                              w.flag_codes)
-            out.append((i, (decided, w.run(self.seg_i, rows))))
+            # a piece of a file still to be read gives one or more batches, all of segment 0
+            results = w.run_task(self.seg_i, rows)
+            out.append((i, [(decided, results[0]), *((None, r) for r in results[1:])]))
         return out
 
 
@@ -138,7 +142,7 @@ class SegmentMapper:
 _MAPPERS: dict[str, SegmentMapper] = {}
 
 
-def map_chunks(key: str, stages: list[Any], chunks: list[tuple[int, Rows]],
+def map_chunks(key: str, stages: list[Any], chunks: list[tuple[int, Rows | ToRead]],
                decisions: pa.Table | None, **kwargs: Any) -> list[tuple[int, Any]]:
     """Ray task: run ``chunks`` (``(chunk index, Rows)`` pairs), decided by ``decisions``
     (a distributed grouping's, else ``None``), through the cached :class:`SegmentMapper` of
@@ -203,18 +207,18 @@ class Groups:
 
     def __init__(self, rows: int) -> None:
         self.rows = rows
-        self.items: list[tuple[int, Rows]] = []
+        self.items: list[tuple[int, Rows | ToRead]] = []
         self.n = 0
         self.count = 0  # chunks gathered so far, over all groups
 
-    def add(self, rows: Rows) -> list[tuple[int, Rows]] | None:
+    def add(self, rows: Rows | ToRead) -> list[tuple[int, Rows | ToRead]] | None:
         """Add one chunk; returns a group once enough rows are gathered."""
         self.items.append((self.count, rows))
         self.count += 1
         self.n += rows.num_rows
         return self.flush() if self.n >= self.rows else None
 
-    def flush(self) -> list[tuple[int, Rows]] | None:
+    def flush(self) -> list[tuple[int, Rows | ToRead]] | None:
         """The chunks gathered since the last group (``None`` if none)."""
         if not self.items:
             return None
@@ -274,8 +278,8 @@ class RayEngine:
             while flight:
                 yield self.ray.get(flight.popleft())
 
-        for _, (decided, res) in _in_order(submitted()):
-            yield decided, res
+        for _, pairs in _in_order(submitted()):
+            yield from pairs
 
     def grouping(self, stage: GlobalStage) -> Grouping | None:
         if self.run.state.input_bytes <= self.cluster_grouping_bytes:
@@ -338,12 +342,13 @@ def _rows(ray: Any, run: Run, source: Any, cpus: int, parts: int,
     rows_iter = read_rows(run.spec, source, run.state, run.progress)
     head: list[Rows] = []
     for r in rows_iter:  # up to the first rows: their schema names the text fields
+        assert isinstance(r, Rows)  # read here until the first rows (reading.read_rows)
         head.append(r)
         run.note_fields(r)
         if r.num_rows:
             break
 
-    def inputs() -> Iterator[tuple[list[tuple[int, Rows]], None]]:
+    def inputs() -> Iterator[tuple[list[tuple[int, Rows | ToRead]], None]]:
         groups = Groups(task_rows(run.spec))
         for rows in chain(head, rows_iter):
             group = groups.add(rows)

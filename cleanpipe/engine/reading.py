@@ -1,14 +1,16 @@
 """Reading for every engine: the input's shards, in order, as :class:`Rows` with ids and
-sequence numbers, and the input's fingerprint.
+sequence numbers (or, for a big JSON Lines file, as pieces the workers parse:
+:class:`PieceRead`), and the input's fingerprint.
 
-Both engines read on the driver with this function, so row ids (``file:line``), ``seq`` and
-the read counters are the same whichever engine runs the stages.
+Both engines read with this function, so row ids (``file:line``), ``seq`` and the read
+counters (:mod:`cleanpipe.engine.read_notes`) are the same whichever engine runs the
+stages, and wherever a batch is parsed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -17,12 +19,14 @@ import pyarrow.compute as pc
 
 from cleanpipe.engine.core import RunState
 from cleanpipe.engine.progress import Progress
+from cleanpipe.engine.read_notes import notes_of
 from cleanpipe.engine.rows import QuarantineRows, Rows
 from cleanpipe.fault_points import pause_point
 from cleanpipe.io.filesystems import is_local, iter_blocks, read_bytes, reason
 from cleanpipe.io.line_blocks import block_bytes_from_env
 from cleanpipe.io.readers import Chunk, ReadOptions, read_shard
-from cleanpipe.io.schemas import check_fields_seen, with_text_fields
+from cleanpipe.io.readers.jsonl import JsonlPiece, jsonl_pieces, piece_chunks, streams_utf8
+from cleanpipe.io.schemas import with_text_fields
 from cleanpipe.io.sources import WHOLE_FILE_FORMATS, InputError, Shard, resolve_sources
 from cleanpipe.spec import PipelineSpec
 
@@ -38,22 +42,9 @@ def _row_ids(chunk: Chunk, id_field: str | None) -> pa.Array:
     return pc.binary_join_element_wise(f"{chunk.shard.name}:", nums, "")
 
 
-def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray, state: RunState,
-                     examples: list[dict[str, Any]]) -> pa.Table:
-    """Count the reader's changes to ``chunk`` and return one ``fix`` event per row and
-    field; the first few go to ``examples`` (a shard's, added after its unreadable records)."""
+def _fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray) -> pa.Table:
+    """One ``fix`` event per row and field the reader changed in ``chunk``."""
     pos = np.concatenate([f.rows for f in chunk.fixes]).astype(np.int64)
-    for f in chunk.fixes:
-        entry = state.read_fixes.setdefault(f.code, [0, 0])
-        entry[0] += int(f.rows.size)
-        shown = sum(1 for e in (*state.read_examples, *examples) if e["code"] == f.code)
-        for p in f.rows[:max(0, 5 - shown)].tolist():
-            examples.append({
-                "stage": "read", "code": f.code, "action": "fix", "row_id": ids[p].as_py(),
-                "field": f.field, "detail": f.detail, "before": None, "after": None})
-    for code in {f.code for f in chunk.fixes}:
-        rows = [f.rows for f in chunk.fixes if f.code == code]
-        state.read_fixes[code][1] += int(np.unique(np.concatenate(rows)).size)
     n = pos.size
     return pa.table({
         "row_id": ids.take(pa.array(pos)),
@@ -66,6 +57,79 @@ def _read_fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray, state: RunSta
         "detail": pa.array([f.detail for f in chunk.fixes for _ in range(f.rows.size)],
                            pa.string()),
     })
+
+
+def _fix_rows(chunk: Chunk) -> dict[str, int]:
+    """Rows the reader changed in ``chunk``, per fix code."""
+    out = {}
+    for code in dict.fromkeys(f.code for f in chunk.fixes):
+        rows = [f.rows for f in chunk.fixes if f.code == code]
+        out[code] = int(np.unique(np.concatenate(rows)).size)
+    return out
+
+
+def rows_of_chunk(chunk: Chunk, base: int, id_field: str | None,
+                  fields: list[str]) -> Rows:
+    """``chunk`` as the engine's :class:`Rows`: ids, ``seq`` (``base`` + the line or record
+    number), the text ``fields`` present, its unreadable records in ``unreadable``, the
+    reader's fixes as events, and its :class:`ReadNotes` for the driver's counters. A chunk
+    without rows gives empty Rows (its unreadable records and notes still count)."""
+    shard = chunk.shard
+    unreadable = None
+    if chunk.bad:
+        unreadable = QuarantineRows(
+            orig=None, row_ids=[f"{b.shard}:{b.line}" for b in chunk.bad],
+            seq=base + np.asarray([b.line for b in chunk.bad], dtype=np.int64),
+            stage="read", reasons=[[b.code] for b in chunk.bad],
+            details=[[f"{b.code}: {b.message}"] for b in chunk.bad],
+            raw=[b.raw for b in chunk.bad])
+    n = chunk.batch.num_rows
+    if n == 0:
+        empty = pa.RecordBatch.from_pylist([])
+        rows = Rows(empty, empty, pa.array([], pa.string()), np.zeros(0, np.int64),
+                    shard.name, None, unreadable)
+        rows.read_notes = notes_of(shard.name, 0, chunk.bad, [], rows.row_ids,
+                                   chunk.batch.schema, {})
+        return rows
+    ids = _row_ids(chunk, id_field)
+    seq = base + np.asarray(chunk.numbers, dtype=np.int64)
+    # a text field missing from a whole file reads as nulls, as a missing key does
+    batch = compact(with_text_fields(chunk.batch, fields))
+    rows = Rows(batch, batch, ids, seq, shard.name, None, unreadable)
+    if chunk.fixes:
+        rows.read_events = _fix_events(chunk, ids, seq)
+    rows.read_notes = notes_of(shard.name, n, chunk.bad, chunk.fixes, ids, chunk.batch.schema,
+                               _fix_rows(chunk) if chunk.fixes else {})
+    return rows
+
+
+def _top(chunk: Chunk) -> int:
+    """The last line (or record) number of ``chunk``, bad records included (0: none)."""
+    return max([0, *(b.line for b in chunk.bad),
+                int(chunk.numbers.max()) if chunk.batch.num_rows else 0])
+
+
+@dataclass
+class PieceRead:
+    """Batches still to be read: one piece of a JSON Lines file (whole lines, cut on the
+    driver), parsed, numbered and cut into batches by :meth:`read` wherever they are
+    cleaned, so the workers parse a big file in parallel. ``num_rows``: its lines, an upper
+    bound of its rows."""
+
+    shard: Shard
+    piece: JsonlPiece
+    opts: ReadOptions
+    base: int  # the shard's first seq
+    id_field: str | None
+    fields: list[str]
+
+    @property
+    def num_rows(self) -> int:
+        return self.piece.lines
+
+    def read(self) -> list[Rows]:
+        return [rows_of_chunk(c, self.base, self.id_field, self.fields)
+                for c in piece_chunks(self.shard, self.piece, self.opts)]
 
 
 def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -115,9 +179,15 @@ def _fetch_once(shard: Shard) -> Shard:
 
 
 def read_rows(spec: PipelineSpec, source: Any, state: RunState,
-              progress: Progress) -> Iterator[Rows]:
-    """Rows of every shard in order, with ids and sequence numbers; records that cannot be
-    read ride along in ``Rows.unreadable``."""
+              progress: Progress) -> Iterator[Rows | PieceRead]:
+    """Every shard's batches in order: :class:`Rows` with ids and sequence numbers (records
+    that cannot be read ride along in ``Rows.unreadable``), each with the
+    :class:`~cleanpipe.engine.read_notes.ReadNotes` the driver counts when it merges the
+    batch's results.
+
+    A UTF-8 JSON Lines file is cut here into pieces of a batch's lines; once a batch with
+    rows was read here (its schema names the text fields, its rows warm the workers up), the
+    pieces go out unparsed (:class:`PieceRead`), to be parsed where they are cleaned."""
     inp = spec.input
     opts = ReadOptions(batch_size=spec.batch_size, encoding=inp.encoding,
                        on_parse_error=inp.on_parse_error, on_decode_error=inp.on_decode_error,
@@ -130,59 +200,42 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
     # independent of the batch size (bad records of a shard ride on its first chunk, so a
     # running counter would number them differently with every batch size)
     base = 0
-    seen: set[str] = set()  # columns some file has: a text field in none is a typo
+    sent = 0  # batches with rows (or still to read) handed out
     for shard in shards:
         state.shards += 1
         shard = _fetch_once(shard)
         _fingerprint_shard(state, shard)
         top = 0
-        # examples of the reader's fixes follow the shard's unreadable records, wherever
-        # in the file (in whichever block) those are found
-        fix_examples: list[dict[str, Any]] = []
-        for chunk in read_shard(shard, opts):
-            progress.advance_bytes(chunk.bytes_read)
-            n = chunk.batch.num_rows
-            unreadable = None
-            if chunk.bad:
-                state.read += len(chunk.bad)
-                for b in chunk.bad:
-                    state.read_codes[b.code] = state.read_codes.get(b.code, 0) + 1
-                    if sum(1 for e in state.read_examples if e["code"] == b.code) < 5:
-                        state.read_examples.append({
-                            "stage": "read", "code": b.code, "action": "drop",
-                            "row_id": f"{b.shard}:{b.line}", "field": None,
-                            "detail": b.message, "before": (b.raw or "")[:300], "after": None})
-                unreadable = (QuarantineRows(
-                    orig=None, row_ids=[f"{b.shard}:{b.line}" for b in chunk.bad],
-                    seq=base + np.asarray([b.line for b in chunk.bad], dtype=np.int64),
-                    stage="read", reasons=[[b.code] for b in chunk.bad],
-                    details=[[f"{b.code}: {b.message}"] for b in chunk.bad],
-                    raw=[b.raw for b in chunk.bad]))
-            if state.input_schema is None and chunk.batch.num_columns:
-                # an empty file with a header still says what an empty output looks like
-                state.input_schema = chunk.batch.schema
-            top = max([top, *(b.line for b in chunk.bad),
-                       int(chunk.numbers.max()) if n else 0])
-            if n == 0:
-                if unreadable is not None:
-                    empty = pa.RecordBatch.from_pylist([])
-                    yield Rows(empty, empty, pa.array([], pa.string()), np.zeros(0, np.int64),
-                               shard.name, None, unreadable)
-                continue
-            ids = _row_ids(chunk, inp.id_field)
-            seq = base + np.asarray(chunk.numbers, dtype=np.int64)
-            seen.update(chunk.batch.schema.names)
-            # a text field missing from a whole file reads as nulls, as a missing key does
-            batch = compact(with_text_fields(chunk.batch, spec.fields or state.text_fields))
-            rows = Rows(batch, batch, ids, seq, shard.name, None, unreadable)
-            if chunk.fixes:
-                rows.read_events = _read_fix_events(chunk, ids, seq, state, fix_examples)
-            state.read += n
-            progress.advance_rows(n)
-            if state.read > n:  # the second batch: the workers have the first
-                pause_point("read")
-            yield rows
-        state.read_examples.extend(fix_examples)
+        for unit in _units(shard, opts):
+            if isinstance(unit, JsonlPiece):
+                progress.advance_bytes(unit.raw_bytes)
+                if sent and not unit.whole:
+                    top = max(top, unit.last_record_line())
+                    if sent == 1:  # the second batch: the workers have the first
+                        pause_point("read")
+                    sent += 1
+                    # the task carries what parsing needs, not the shard's prefetched bytes
+                    yield PieceRead(replace(shard, prefetched=None, obj=None), unit, opts,
+                                    base, inp.id_field, spec.fields or state.text_fields)
+                    continue
+                chunks = piece_chunks(shard, unit, opts)
+            else:
+                progress.advance_bytes(unit.bytes_read)
+                chunks = iter((unit,))
+            for chunk in chunks:
+                top = max(top, _top(chunk))
+                rows = rows_of_chunk(chunk, base, inp.id_field, spec.fields or state.text_fields)
+                if rows.num_rows:
+                    if sent == 1:
+                        pause_point("read")
+                    sent += 1
+                yield rows
         base += top + 1
-    if spec.fields and seen:
-        check_fields_seen(spec.fields, seen)
+
+
+def _units(shard: Shard, opts: ReadOptions) -> Iterator[Chunk | JsonlPiece]:
+    """A shard as the reader's chunks, or, for a UTF-8 JSON Lines file, as pieces of a
+    batch's lines each."""
+    if shard.format == "jsonl" and streams_utf8(opts):
+        return jsonl_pieces(shard, opts, batches=True)
+    return read_shard(shard, opts)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from cleanpipe.contract.published import RowValues
+from cleanpipe.engine.read_notes import ReadNotes
 
 
 @dataclass
@@ -36,6 +37,8 @@ class Rows:
     read_events: pa.Table | None = None
     #: stages' "after" figures per row (:class:`RowFigures`), totalled over the rows written
     figures: RowFigures | None = None
+    #: what reading the batch found, for the driver's counters (taken when merged)
+    read_notes: ReadNotes | None = None
 
     @property
     def num_rows(self) -> int:
@@ -48,6 +51,7 @@ class Rows:
             self.seq[keep], self.shard, None if self.flags is None else self.flags[keep],
             self.unreadable, None if self.chars is None else self.chars[keep],
             self.read_events, None if self.figures is None else self.figures.take_mask(keep),
+            self.read_notes,
         )
 
 

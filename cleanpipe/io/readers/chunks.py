@@ -136,7 +136,7 @@ def rebatched(chunks: Iterator[Chunk], shard: Shard, batch_size: int,
     sent = False
     for chunk in chunks:
         pending.append(chunk)
-        while (n := _next_cut([c.row_bytes for c in pending], batch_size, max_bytes)):
+        while (n := next_cut([c.row_bytes for c in pending], batch_size, max_bytes)):
             head, tail = _split_chunk(_joined(pending, shard), n)
             yield head
             sent = True
@@ -146,12 +146,12 @@ def rebatched(chunks: Iterator[Chunk], shard: Shard, batch_size: int,
         yield _joined(pending, shard)
 
 
-def _next_cut(sizes: list[np.ndarray | None], batch_size: int, max_bytes: int) -> int:
+def next_cut(sizes: list[np.ndarray | None], batch_size: int, max_bytes: int) -> int:
     """Rows in the next full batch of rows of these ``sizes`` (bytes each), 0 if none yet.
 
-    >>> _next_cut([np.array([5, 5]), np.array([5, 5, 5])], 4, 100)
+    >>> next_cut([np.array([5, 5]), np.array([5, 5, 5])], 4, 100)
     4
-    >>> _next_cut([np.array([60, 50, 5])], 4, 100), _next_cut([np.array([60])], 4, 100)
+    >>> next_cut([np.array([60, 50, 5])], 4, 100), next_cut([np.array([60])], 4, 100)
     (2, 0)
     """
     row_bytes = np.concatenate([s for s in sizes if s is not None] or [np.zeros(0, np.int64)])

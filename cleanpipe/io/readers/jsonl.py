@@ -7,16 +7,14 @@ import codecs
 import io
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pjson
 
-from cleanpipe.io.line_blocks import (
-    decompressing,
-    line_blocks,
-)
+from cleanpipe.io.line_blocks import LineBlock, decompressing, line_blocks
 from cleanpipe.io.readers.chunks import (
     MAX_BATCH_BYTES,
     BadRecord,
@@ -24,6 +22,7 @@ from cleanpipe.io.readers.chunks import (
     Notes,
     ReadOptions,
     line_lengths,
+    next_cut,
     rebatched,
     table_chunks,
 )
@@ -83,25 +82,69 @@ def _pyarrow_json(data: bytes) -> pa.Table | None:
 
 
 def read_jsonl(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
-    if not _streams_utf8(opts):
+    if not streams_utf8(opts):
         raw = open_bytes(shard)
         data, bad_bytes, guess = decode_to_utf8(shard, raw, opts)
         yield from jsonl_chunks(shard, len(raw), data, bad_bytes, opts, guess)
         return
-    yield from rebatched(_jsonl_block_chunks(shard, opts), shard, opts.batch_size,
-                          MAX_BATCH_BYTES)
+    chunks = (c for piece in jsonl_pieces(shard, opts) for c in piece_chunks(shard, piece, opts))
+    yield from rebatched(chunks, shard, opts.batch_size, MAX_BATCH_BYTES)
 
 
-def _streams_utf8(opts: ReadOptions) -> bool:
-    """Whether a JSON Lines file is read in blocks: UTF-8 input (a file in another encoding
-    is transcoded whole, as a multi-byte encoding has no cheap line boundary)."""
+def streams_utf8(opts: ReadOptions) -> bool:
+    """Whether a JSON Lines file is read in pieces (:func:`jsonl_pieces`): UTF-8 input (a
+    file in another encoding is transcoded whole, as a multi-byte encoding has no cheap
+    line boundary)."""
     return known_encoding(opts.encoding) and codecs.lookup(opts.encoding).name == "utf-8"
 
 
-def _jsonl_block_chunks(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
-    """Chunks of a JSON Lines file read block by block (:mod:`line_blocks`): lines and byte
-    offsets are numbered as in the whole file, so every record, bad record and event is
-    the same as when the file is read whole."""
+@dataclass
+class JsonlPiece:
+    """Whole lines of a UTF-8 JSON Lines file, to be parsed on their own
+    (:func:`piece_chunks`), anywhere: lines and byte offsets are numbered as in the whole
+    file, so every record, bad record and event is the same as when the file is read whole.
+
+        >>> p = JsonlPiece(b'{"a": 1}\\n\\n', lines_before=4, bytes_before=90, raw_bytes=10,
+        ...                first=False, bom=0, lines=2)
+        >>> p.last_record_line()
+        5
+    """
+
+    data: bytes
+    lines_before: int  # line breaks before the piece: its first line is lines_before + 1
+    bytes_before: int  # (decompressed) bytes before the piece, a BOM included
+    raw_bytes: int  # bytes of the file as stored consumed since the previous piece
+    first: bool  # the piece starts the file (where a BOM is, and the UTF-8 check looks)
+    bom: int  # bytes of the file's UTF-8 BOM (0 or 3): byte offsets count from after it
+    lines: int  # lines in the piece (the file's last one may lack its line break)
+    #: a UTF-16/32 file (its BOM says so), or an empty one: the whole file, transcoded and
+    #: parsed in one go
+    whole: bool = False
+
+    def last_record_line(self) -> int:
+        """The number of the piece's last line holding a record (not blank: a byte other
+        than space, tab, CR or LF), 0 when it has none; a whole file's is not known
+        before it is parsed (-1)."""
+        if self.whole:
+            return -1
+        data = self.data[self.bom:] if self.first else self.data
+        head = data.rstrip(b" \t\r\n")
+        return self.lines_before + head.count(b"\n") + 1 if head else 0
+
+
+#: lines in a piece at most (:func:`jsonl_pieces`): the default batch size, so that by default
+#: a piece is a batch. Not the run's batch size: a value's type is settled per piece, and the
+#: output must not depend on the batch size
+PIECE_LINES = 4096
+
+
+def jsonl_pieces(shard: Shard, opts: ReadOptions, batches: bool = False
+                 ) -> Iterator[JsonlPiece]:
+    """A UTF-8 JSON Lines file (plain, gzip, zstd, bz2) as consecutive pieces of whole
+    lines, read as a stream (:mod:`line_blocks`): the blocks of ``opts.block_bytes``, or with
+    ``batches`` pieces of at most :data:`PIECE_LINES` lines and about
+    :data:`MAX_BATCH_BYTES` bytes of lines, cut from the file's start (a worker can parse
+    and clean one without the others, and where a piece ends depends on the file alone)."""
     with open_stream(shard) as raw:
         stream = decompressing(raw, shard.compression)
         try:
@@ -110,15 +153,12 @@ def _jsonl_block_chunks(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                                 codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
                 # a UTF-16/32 file (its BOM says so) is transcoded whole, as in another
                 # encoding its line breaks are not single bytes
-                whole = head + stream.read()
-                data, bad_bytes, guess = decode_to_utf8(shard, whole, opts)
-                yield from jsonl_chunks(shard, shard.size, data, bad_bytes, opts, guess)
+                yield JsonlPiece(head + stream.read(), 0, 0, shard.size, True, 0, 0, True)
                 return
         except Exception as e:
             raise _decompress_error(shard, e) from e
         blocks = line_blocks(stream, opts.block_bytes, raw, head)
-        first = True
-        bom = 0
+        pieces = _Pieces((PIECE_LINES, MAX_BATCH_BYTES) if batches else None)
         while True:
             try:
                 block = next(blocks)
@@ -126,20 +166,71 @@ def _jsonl_block_chunks(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
                 break
             except Exception as e:
                 raise _decompress_error(shard, e) from e
-            if first:
-                bom = len(codecs.BOM_UTF8) if block.data.startswith(codecs.BOM_UTF8) else 0
-            # offsets count from after a BOM, as when the file is read whole
-            base = max(0, block.bytes_before - bom)
-            data, bad_bytes, guess = decode_to_utf8(shard, block.data, opts,
-                                                     block.lines_before, base, first)
-            line_bytes = line_lengths(data)
-            for chunk in jsonl_chunks(shard, block.raw_bytes, data, bad_bytes, opts, guess,
-                                       block.lines_before, base):
-                chunk.row_bytes = line_bytes[chunk.numbers - block.lines_before - 1]
-                yield chunk
-            first = False
-        if first:  # an empty file is still a shard: one empty chunk counts it
-            yield from jsonl_chunks(shard, shard.size, b"", np.zeros(0, np.int64), opts)
+            yield from pieces.add(block)
+        yield from pieces.flush()
+        if pieces.bom is None:  # an empty file is still a shard: one empty chunk counts it
+            yield JsonlPiece(b"", 0, 0, shard.size, True, 0, 0, True)
+
+
+class _Pieces:
+    """Line blocks re-cut into pieces (see :func:`jsonl_pieces`): a piece ends where a
+    batch of ``rows`` lines or ``bytes`` bytes of lines would (the rule :func:`rebatched`
+    applies to the records), the lines left over wait for the next block."""
+
+    def __init__(self, cut: tuple[int, int] | None) -> None:
+        self.cut = cut
+        self.bom: int | None = None
+        self.carry = b""
+        self.carry_sizes = np.zeros(0, np.int64)
+        self.lines = self.done = self.raw = 0
+
+    def add(self, block: LineBlock) -> Iterator[JsonlPiece]:
+        if self.bom is None:
+            self.bom = len(codecs.BOM_UTF8) if block.data.startswith(codecs.BOM_UTF8) else 0
+        self.raw += block.raw_bytes
+        if self.cut is None:
+            tail = 0 if block.data.endswith(b"\n") else 1
+            yield self._piece(block.data, block.data.count(b"\n") + tail)
+            return
+        data = self.carry + block.data if self.carry else block.data
+        sizes = np.concatenate((self.carry_sizes, line_lengths(block.data)))
+        off = at = 0
+        while n := next_cut([sizes[at:]], *self.cut):
+            size = int(sizes[at:at + n].sum())
+            yield self._piece(data[off:off + size], n)
+            off, at = off + size, at + n
+        self.carry, self.carry_sizes = data[off:], sizes[at:]
+
+    def flush(self) -> Iterator[JsonlPiece]:
+        if self.carry:
+            yield self._piece(self.carry, int(self.carry_sizes.size))
+            self.carry = b""
+
+    def _piece(self, data: bytes, lines: int) -> JsonlPiece:
+        assert self.bom is not None
+        piece = JsonlPiece(data, self.lines, self.done, self.raw, self.done == 0, self.bom, lines)
+        self.raw = 0
+        self.lines += data.count(b"\n")
+        self.done += len(data)
+        return piece
+
+
+def piece_chunks(shard: Shard, piece: JsonlPiece, opts: ReadOptions) -> Iterator[Chunk]:
+    """Chunks of one piece of a JSON Lines file (:func:`jsonl_pieces`), each row with the
+    bytes of its line (``Chunk.row_bytes``)."""
+    if piece.whole:
+        data, bad_bytes, guess = decode_to_utf8(shard, piece.data, opts)
+        yield from jsonl_chunks(shard, piece.raw_bytes, data, bad_bytes, opts, guess)
+        return
+    # offsets count from after a BOM, as when the file is read whole
+    base = max(0, piece.bytes_before - piece.bom)
+    data, bad_bytes, guess = decode_to_utf8(shard, piece.data, opts, piece.lines_before, base,
+                                             piece.first)
+    line_bytes = line_lengths(data)
+    for chunk in jsonl_chunks(shard, piece.raw_bytes, data, bad_bytes, opts, guess,
+                               piece.lines_before, base):
+        chunk.row_bytes = line_bytes[chunk.numbers - piece.lines_before - 1]
+        yield chunk
 
 
 def _decompress_error(shard: Shard, e: Exception) -> Exception:
