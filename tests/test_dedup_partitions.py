@@ -39,7 +39,11 @@ def _get(refs: Any) -> Any:
     return list(refs) if isinstance(refs, list) else refs
 
 
-FAKE_RAY = SimpleNamespace(put=lambda x: x, get=_get,
+def _wait(refs: list[Any], **_: Any) -> tuple[list[Any], list[Any]]:
+    return list(refs), []  # made at once: every object is ready
+
+
+FAKE_RAY = SimpleNamespace(put=lambda x: x, get=_get, wait=_wait,
                            remote=lambda **_: (lambda fn: _InProcessTask(fn)))
 
 

@@ -413,3 +413,32 @@ def test_components_on_ray_equal_union_find(cluster) -> None:
         axis=0).T)
     assert dict(zip(nodes.tolist(), labels.tolist(), strict=True)) == _union_find_labels(hi, lo)
     assert rounds >= 3  # a 600-node path is not solved in one or two rounds
+
+
+def test_driver_pulls_results_before_it_gets_them(cluster, tmp_path: Path,
+                                                   monkeypatch) -> None:
+    """Each task result the driver gets was first waited for with ``fetch_local=True``
+    (engine.ray_fetch): a plain ``ray.get`` of an object made on another node idled ~1 s
+    per task on a 2-node cluster (benchmarks/results/ray.md)."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"row {i} " + "w " * (i % 7)}) + "\n"
+                           for i in range(3000)), encoding="utf-8")
+    pulled: set[Any] = set()
+    got: list[Any] = []
+    real_wait, real_get = ray.wait, ray.get
+
+    def wait(refs, *args, **kwargs):
+        if kwargs.get("fetch_local"):
+            pulled.update(refs)
+        return real_wait(refs, *args, **kwargs)
+
+    def get(refs, *args, **kwargs):
+        got.extend(refs if isinstance(refs, list) else [refs])
+        return real_get(refs, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "get", get)
+    state = execute_ray(_full(200)().spec, str(src), Sinks()).finish()
+    assert state.read == 3000
+    assert len(got) >= 3 * 3000 // 1024  # tasks of three segments
+    assert set(got) <= pulled

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from cleanpipe.contract.stage import GlobalStage
 from cleanpipe.dedup import bands, partition_steps
 from cleanpipe.dedup.partition_steps import MEMBERS
+from cleanpipe.engine.ray_fetch import fetch
 from cleanpipe.engine.ray_shuffle import Blocks, co_group
 from cleanpipe.engine.rows import Rows
 from cleanpipe.stages import exact_dedup
@@ -64,7 +65,7 @@ def distributed(stage: GlobalStage, ray: Any, parts: int) -> RayGrouping | None:
 
 def collect(ray: Any, ds: Any, schema: pa.Schema) -> pa.Table:
     """A (small) dataset as one Arrow table on the driver."""
-    tables = [t for t in ray.get(ds.to_arrow_refs()) if t.num_rows]
+    tables = [t for t in fetch(ray, ds.to_arrow_refs()) if t.num_rows]
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 

@@ -60,6 +60,7 @@ from cleanpipe.engine.core import (
 )
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.ray_dedup import distributed
+from cleanpipe.engine.ray_fetch import fetch
 from cleanpipe.engine.ray_shuffle import Blocks, co_group, partition_of
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows
@@ -153,7 +154,7 @@ def map_chunks(key: str, stages: list[Any], chunks: list[tuple[int, Rows | ToRea
         import ray
 
         _MAPPERS.clear()  # an earlier segment's stages are no longer needed
-        m = _MAPPERS[key] = SegmentMapper(ray.get(stages[0]), **kwargs)
+        m = _MAPPERS[key] = SegmentMapper(fetch(ray, stages[0]), **kwargs)
     return m(chunks, decisions)
 
 
@@ -274,9 +275,9 @@ class RayEngine:
             for chunks, decisions in inputs:
                 flight.append(task.remote(key, [stages], chunks, decisions, **kwargs))
                 if len(flight) >= window:
-                    yield self.ray.get(flight.popleft())
+                    yield fetch(self.ray, flight.popleft())
             while flight:
-                yield self.ray.get(flight.popleft())
+                yield fetch(self.ray, flight.popleft())
 
         for _, pairs in _in_order(submitted()):
             yield from pairs

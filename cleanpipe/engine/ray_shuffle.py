@@ -34,6 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from cleanpipe.engine.ray_fetch import fetch
+
 PIECES = pa.schema([("part", pa.int64()), ("name", pa.string()), ("blob", pa.binary())])
 
 Key = str | Callable[[pa.Table], np.ndarray]
@@ -154,7 +156,7 @@ class Blocks:
 
     def count(self) -> int:
         task = _remote(self.ray, _num_rows)
-        return int(sum(self.ray.get([task.remote(r) for r in self.refs])))
+        return int(sum(fetch(self.ray, [task.remote(r) for r in self.refs])))
 
     def to_arrow_refs(self) -> list[Any]:
         return list(self.refs)
