@@ -21,12 +21,13 @@ wherever a batch was parsed.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from cleanpipe.engine.progress import Progress
-from cleanpipe.io.readers import BadRecord
+from cleanpipe.io.readers import BadRecord, ReadFix
 from cleanpipe.io.schemas import check_fields_seen
 
 if TYPE_CHECKING:
@@ -63,10 +64,12 @@ class ReadNotes:
     columns: list[str]  # columns of a batch with rows
 
 
-def notes_of(shard: str, rows: int, bad: list[BadRecord], fixes: list[Any], ids: pa.Array,
-             schema: pa.Schema, fix_rows: dict[str, int]) -> ReadNotes:
+def notes_of(shard: str, rows: int, bad: list[BadRecord], fixes: list[ReadFix], ids: pa.Array,
+             schema: pa.Schema) -> ReadNotes:
     """The notes of a batch of ``rows`` records (ids ``ids``) of ``shard`` with the reader's
-    ``bad`` records and ``fixes`` (``io.readers.ReadFix``, positions in the batch)."""
+    ``bad`` records and ``fixes`` (positions in the batch)."""
+    fix_rows = {code: int(np.unique(np.concatenate([f.rows for f in fixes if f.code == code])).size)
+                for code in dict.fromkeys(f.code for f in fixes)}  # rows changed, per code
     return ReadNotes(
         shard, rows,
         [replace(b, raw=(b.raw or "")[:EXAMPLE_CHARS]) for b in bad],

@@ -59,15 +59,6 @@ def _fix_events(chunk: Chunk, ids: pa.Array, seq: np.ndarray) -> pa.Table:
     })
 
 
-def _fix_rows(chunk: Chunk) -> dict[str, int]:
-    """Rows the reader changed in ``chunk``, per fix code."""
-    out = {}
-    for code in dict.fromkeys(f.code for f in chunk.fixes):
-        rows = [f.rows for f in chunk.fixes if f.code == code]
-        out[code] = int(np.unique(np.concatenate(rows)).size)
-    return out
-
-
 def rows_of_chunk(chunk: Chunk, base: int, id_field: str | None,
                   fields: list[str]) -> Rows:
     """``chunk`` as the engine's :class:`Rows`: ids, ``seq`` (``base`` + the line or record
@@ -89,7 +80,7 @@ def rows_of_chunk(chunk: Chunk, base: int, id_field: str | None,
         rows = Rows(empty, empty, pa.array([], pa.string()), np.zeros(0, np.int64),
                     shard.name, None, unreadable)
         rows.read_notes = notes_of(shard.name, 0, chunk.bad, [], rows.row_ids,
-                                   chunk.batch.schema, {})
+                                   chunk.batch.schema)
         return rows
     ids = _row_ids(chunk, id_field)
     seq = base + np.asarray(chunk.numbers, dtype=np.int64)
@@ -98,8 +89,7 @@ def rows_of_chunk(chunk: Chunk, base: int, id_field: str | None,
     rows = Rows(batch, batch, ids, seq, shard.name, None, unreadable)
     if chunk.fixes:
         rows.read_events = _fix_events(chunk, ids, seq)
-    rows.read_notes = notes_of(shard.name, n, chunk.bad, chunk.fixes, ids, chunk.batch.schema,
-                               _fix_rows(chunk) if chunk.fixes else {})
+    rows.read_notes = notes_of(shard.name, n, chunk.bad, chunk.fixes, ids, chunk.batch.schema)
     return rows
 
 
