@@ -217,3 +217,53 @@ def test_pieces_depend_on_the_file_alone(tmp_path, monkeypatch, block):
     batches = [c.batch for p in pieces for c in piece_chunks(shard, p, opts)]
     assert max(b.num_rows for b in batches) == 10
     assert pa.Table.from_batches(batches).column("text").to_pylist() == ["x" * n for n in sizes]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_pieces_by_range_carry_no_lines_and_read_the_same_rows(tmp_path, suffix):
+    """Workers on this machine are sent a plain file's pieces as byte ranges: no lines
+    travel, each worker reads its own, and the rows are those read from the bytes. A
+    compressed file has no such ranges: its pieces carry their lines."""
+    data = _lines(700)
+    src = tmp_path / f"train{suffix}"
+    src.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    spec = _spec()
+
+    def items(by_range: bool) -> list:
+        run = Run(spec, Sinks(), None)
+        return list(read_rows(spec, str(src), run.state, run.progress, by_range=by_range))
+
+    ranged, sent = items(True), items(False)
+    pieces = [it for it in ranged if isinstance(it, PieceRead)]
+    assert len(pieces) > 5
+    import pickle
+
+    if suffix == ".jsonl":
+        assert all(p.piece.data == b"" and p.piece.stored for p in pieces)
+        assert max(len(pickle.dumps(p)) for p in pieces) < 2000
+    else:
+        assert all(p.piece.data and p.piece.stored is None for p in pieces)
+
+    def read(its: list) -> list[Rows]:
+        return [r for it in its
+                for r in ([it] if isinstance(it, Rows) else pickle.loads(pickle.dumps(it)).read())]
+
+    assert _flat(read(ranged)) == _flat(read(sent))
+
+
+def test_a_file_changed_after_it_was_cut_is_an_error_not_other_rows(tmp_path):
+    src = tmp_path / "train.jsonl"
+    src.write_bytes(_lines(700))
+    spec = _spec()
+    run = Run(spec, Sinks(), None)
+    pieces = [it for it in read_rows(spec, str(src), run.state, run.progress, by_range=True)
+              if isinstance(it, PieceRead)]
+    data = bytearray(src.read_bytes())
+    at = pieces[2].piece.bytes_before + 12
+    data[at:at + 3] = b"XYZ"  # the same size: only the bytes tell
+    src.write_bytes(bytes(data))
+    from cleanpipe.io.sources import InputError
+
+    assert pieces[1].read()  # untouched pieces still read
+    with pytest.raises(InputError, match=rf"{src}: the file changed while it was read"):
+        pieces[2].read()

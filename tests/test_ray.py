@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -103,6 +103,24 @@ class DropLongest(GlobalStage):
 
     def report_section(self) -> dict[str, Any]:
         return {"most_characters": self._most}
+
+
+class ColumnsSeen(GlobalStage):
+    """Drops nothing; records the columns each ``observe`` (on the driver) was given."""
+
+    name = "_test_columns_seen"
+    reads: bool = True
+    seen: ClassVar[list[list[str]]] = []
+
+    def observe_reads_batch(self) -> bool:
+        return self.reads
+
+    def observe(self, prepared: Any, seq: np.ndarray, batch: pa.RecordBatch,
+                ctx: BatchContext) -> None:
+        ColumnsSeen.seen.append(batch.schema.names)
+
+    def decide(self, batch: pa.RecordBatch, seq: np.ndarray, ctx: BatchContext) -> BatchResult:
+        return BatchResult(None, Findings(self.name))
 
 
 @pytest.fixture(scope="module")
@@ -442,3 +460,50 @@ def test_driver_pulls_results_before_it_gets_them(cluster, tmp_path: Path,
     assert state.read == 3000
     assert len(got) >= 3 * 3000 // 1024  # tasks of three segments
     assert set(got) <= pulled
+
+
+@pytest.mark.parametrize("reads", [False, True])
+def test_rows_stay_on_the_cluster_unless_observe_reads_them(cluster, tmp_path: Path,
+                                                            reads: bool) -> None:
+    """Between two segments a batch stays in the object store of the node that cleaned it
+    (``Rows.split_off_columns``): the driver's ``observe`` gets its ids and seq, and its
+    columns only where the stage says it reads them. Either way the results are local's."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"row {i % 400} " + "w " * (i % 7)}) + "\n"
+                           for i in range(1500)), encoding="utf-8")
+
+    def make() -> Pipeline:
+        return Pipeline(stages=[StripEot(), ColumnsSeen(reads=reads), ExactDedup(),
+                                MinHashDedup()], batch_size=200)
+
+    local = _collect(execute, make(), src)
+    ColumnsSeen.seen.clear()
+    on_ray = _collect(execute_ray, make(), src)
+    assert on_ray == local and local["quarantine"]
+    assert len(ColumnsSeen.seen) == 1500 // 200 + 1
+    assert all(names == (["text"] if reads else ["rows"]) for names in ColumnsSeen.seen)
+
+
+def test_one_machine_cluster_reads_its_own_pieces(cluster, tmp_path: Path,
+                                                  monkeypatch) -> None:
+    """On a cluster of this machine alone, tasks read a plain file's pieces themselves:
+    no piece sent to them carries its lines."""
+    assert ray_engine.one_machine(ray)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(3000)),
+                   encoding="utf-8")
+    from cleanpipe.io.readers import jsonl as jsonl_reader
+
+    monkeypatch.setattr(jsonl_reader, "PIECE_LINES", 64)  # the driver cuts many pieces
+    sent: list[Any] = []
+    real = ray_engine.Groups.add
+
+    def add(self, rows):
+        sent.append(rows)
+        return real(self, rows)
+
+    monkeypatch.setattr(ray_engine.Groups, "add", add)
+    state = execute_ray(_full(200)().spec, str(src), Sinks()).finish()
+    assert state.read == 3000
+    pieces = [r for r in sent if hasattr(r, "piece")]
+    assert len(pieces) > 40 and all(p.piece.data == b"" for p in pieces)

@@ -188,6 +188,18 @@ class GlobalStage(Stage):
                 ctx: BatchContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def observe_reads_batch(self) -> bool:
+        """Whether ``observe`` reads the batch's columns (the default, as a stage may).
+
+        A stage whose ``observe`` needs only ``prepared``, ``seq`` and ``ctx.row_ids``
+        returns ``False``: a distributed engine may then leave each batch where it was
+        prepared and hand ``observe`` the batch without its columns (its rows counted).
+
+            >>> GlobalStage().observe_reads_batch()
+            True
+        """
+        return True
+
     def finalize(self) -> None:
         """Called once after every batch was observed."""
 

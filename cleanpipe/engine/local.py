@@ -171,7 +171,7 @@ def execute(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int | Non
 def _rows(run: Run, source: Any, workers: int | None, tmp_dir: Path | None) -> Iterator[Rows]:
     with returning_pool():
         spec, state = run.spec, run.state
-        rows_iter = read_rows(spec, source, state, run.progress)
+        rows_iter = read_rows(spec, source, state, run.progress, by_range=True)
         # peek up to the first batch with rows: its schema names the text fields by default
         head: list[Rows] = []
         for r in rows_iter:

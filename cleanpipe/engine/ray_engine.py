@@ -8,15 +8,18 @@ What differs is only where that work runs and how its results come back:
 
 * Reading happens on the driver with cleanpipe's readers, in the local engine's order, so row
   ids (``file:line``) and sequence numbers are the same. Consecutive chunks travel to a task
-  together (at least ``TASK_ROWS`` rows a task: Ray's per-task overhead is milliseconds, a
-  small file's work less) as a list of ``(chunk index, Rows)``, which Ray serializes with the
-  Arrow buffers out of band. Tasks are submitted as chunks are read, a few per CPU in
+  together (at least ``TASK_ROWS`` rows a task) as a list of ``(chunk index, Rows)``, which
+  Ray serializes with the Arrow buffers out of band; on a cluster of this machine alone a
+  JSON Lines piece travels as its byte range (:func:`one_machine`). Tasks are submitted as
+  chunks are read, a few per CPU in
   flight, so reading overlaps the cluster's work; the stage list goes to the object store
   once per segment and each worker process unpickles it and calls ``setup()`` once.
 * Results are put back in chunk order on the driver before anything is merged, so the
   report, the quarantine and the kept rows do not depend on how Ray schedules tasks.
 * A global stage (dedup) closes a segment: its ``prepare`` runs in the tasks, the rows wait
-  in the object store, and its ``decide`` runs in the tasks of the next segment. On an input
+  in the object store (where the stage observes without the batch's columns, in that of
+  the node that cleaned them: :func:`split_results`), and its ``decide`` runs in the tasks
+  of the next segment. On an input
   up to ``CLUSTER_GROUPING_BYTES`` the stage ``observe``s and ``finalize``s on the driver in
   row order, exactly as in the local engine, and the finalized stage is shipped to the next
   segment's tasks. On a larger input a stage that declares a distributed grouping
@@ -38,7 +41,7 @@ import pickle
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
-from itertools import chain
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any
 
@@ -143,19 +146,40 @@ class SegmentMapper:
 _MAPPERS: dict[str, SegmentMapper] = {}
 
 
-def map_chunks(key: str, stages: list[Any], chunks: list[tuple[int, Rows | ToRead]],
-               decisions: pa.Table | None, **kwargs: Any) -> list[tuple[int, Any]]:
-    """Ray task: run ``chunks`` (``(chunk index, Rows)`` pairs), decided by ``decisions``
-    (a distributed grouping's, else ``None``), through the cached :class:`SegmentMapper` of
-    ``key``. ``stages`` is ``[ref]`` of the pickled stage list: nested, so Ray does not
-    fetch it for every task, only a process that has no mapper for ``key`` yet does."""
+def map_chunks(key: str, stages: list[Any], chunks: list[Any], decisions: pa.Table | None,
+               first: int | None = None, split: bool = False, **kwargs: Any) -> Any:
+    """Ray task: run ``chunks`` (``(chunk index, Rows)`` pairs; with ``first``, the rows a
+    task of the previous segment left here, numbered from ``first``), decided by
+    ``decisions`` (a distributed grouping's, else ``None``), through the cached
+    :class:`SegmentMapper` of ``key``. ``stages`` is ``[ref]`` of the pickled stage list:
+    nested, so Ray does not fetch it for every task, only a process that has no mapper for
+    ``key`` yet does.
+
+    With ``split`` the task has two results (:func:`split_results`): what the driver merges,
+    and the rows, which stay in this node's object store for the next segment's task."""
     m = _MAPPERS.get(key)
     if m is None:
         import ray
 
         _MAPPERS.clear()  # an earlier segment's stages are no longer needed
         m = _MAPPERS[key] = SegmentMapper(fetch(ray, stages[0]), **kwargs)
-    return m(chunks, decisions)
+    if first is not None:
+        chunks = list(enumerate(chunks, first))
+    out = m(chunks, decisions)
+    return split_results(out) if split else out
+
+
+def split_results(out: list[tuple[int, Any]]) -> tuple[list[tuple[int, Any]], list[Rows]]:
+    """A task's results without their rows' columns, and the rows with rows left, in order
+    (:meth:`Rows.split_off_columns`): the driver merges the first and observes on it, the
+    second waits on the cluster for the next segment."""
+    held = []
+    for _, pairs in out:
+        for _, res in pairs:
+            res.rows, there = res.rows.split_off_columns()
+            if there.num_rows:
+                held.append(there)
+    return out, held
 
 
 #: the Ray remote function of :func:`map_chunks`, made once per driver process
@@ -196,10 +220,11 @@ def _ensure_ray(address: str | None, workers: int | None) -> Any:
     return ray
 
 
-#: rows a task gets at least (fewer when the pipeline's batch_size is smaller): Ray's
-#: per-task overhead is milliseconds, a small file's work less; more rows per task would
-#: leave CPUs idle at each segment's end (a global stage waits for the segment's last task)
-TASK_ROWS = 1024
+#: rows a task gets at least (fewer when the pipeline's batch_size is smaller): a task costs
+#: some 20 ms of CPU across the driver, the raylets and the worker (with 1,024 rows a task
+#: the t0 benchmark spent a third of its CPU on them); more rows per task would leave CPUs
+#: idle at each segment's end (a global stage waits for the segment's last task)
+TASK_ROWS = 4096
 
 
 class Groups:
@@ -242,19 +267,25 @@ class RayEngine:
 
     spill_dir: Path | None = None  # the first pass's held-back quarantine: the temp dir
 
-    def __init__(self, ray: Any, run: Run, inputs: Iterable[tuple[Any, Any]], cpus: int,
-                 parts: int, cluster_grouping_bytes: int) -> None:
+    def __init__(self, ray: Any, run: Run, inputs: Iterable[tuple[Any, Any, int | None]],
+                 cpus: int, parts: int, cluster_grouping_bytes: int) -> None:
         self.ray = ray
         self.run = run
-        #: the next segment's tasks: (chunks or their ref, decisions or their ref or None)
-        self.inputs: Iterable[tuple[Any, Any]] | None = inputs
+        #: the next segment's tasks: (chunks or their ref, decisions or their ref or None,
+        #: the index of the first chunk where the chunks are rows left on the cluster)
+        self.inputs: Iterable[tuple[Any, Any, int | None]] | None = inputs
         self.cpus = cpus
         self.parts = parts
         self.cluster_grouping_bytes = cluster_grouping_bytes
         self.decide_idx: int | None = None
         self.held = Groups(task_rows(run.spec))
         self.refs: list[Any] = []  # the held groups
+        self.counts: list[int] = []  # the batches of each held group
         self.first_seqs: list[int] = []  # the first seq of each held group
+        #: whether the current segment's tasks leave their rows on the cluster, and the
+        #: batches held there so far
+        self.split = False
+        self.on_cluster = 0
 
     def results(self, seg_i: int) -> Iterator[tuple[DecidedBatch | None, TaskResult]]:
         if self.inputs is None:
@@ -262,9 +293,14 @@ class RayEngine:
         inputs, self.inputs = self.inputs, None
         stages = self.ray.put(pickle.dumps(self.run.stages, protocol=pickle.HIGHEST_PROTOCOL))
         task = _remote_map(self.ray)
+        closing = self.run.segments[seg_i].closing
+        # rows whose global stage observes without their columns stay on the cluster
+        self.split = closing is not None and not self.run.stages[closing].observe_reads_batch()
+        if self.split:
+            task = task.options(num_returns=2)
         kwargs = {"seg_i": seg_i, "decide_idx": self.decide_idx,
                   "text_fields": self.run.state.text_fields,
-                  "flag_codes": self.run.flag_codes}
+                  "flag_codes": self.run.flag_codes, "split": self.split}
         key = f"{uuid.uuid4().hex}-{seg_i}"
         # a few tasks per CPU in flight: enough to keep every CPU busy while the driver
         # reads or merges, few enough that the object store holds only a window of chunks
@@ -272,12 +308,12 @@ class RayEngine:
 
         def submitted() -> Iterator[list[tuple[int, Any]]]:
             flight: deque[Any] = deque()
-            for chunks, decisions in inputs:
-                flight.append(task.remote(key, [stages], chunks, decisions, **kwargs))
+            for chunks, decisions, first in inputs:
+                flight.append(task.remote(key, [stages], chunks, decisions, first, **kwargs))
                 if len(flight) >= window:
-                    yield fetch(self.ray, flight.popleft())
+                    yield self._fetched(flight.popleft())
             while flight:
-                yield fetch(self.ray, flight.popleft())
+                yield self._fetched(flight.popleft())
 
         for _, pairs in _in_order(submitted()):
             yield from pairs
@@ -287,25 +323,51 @@ class RayEngine:
             return None  # a small index: the stage observes and finalizes on the driver
         return distributed(stage, self.ray, self.parts)
 
+    def _fetched(self, ref: Any) -> list[tuple[int, Any]]:
+        """A task's results; of a split task, the ref of the rows it left on the cluster is
+        kept for the next segment, with the rows' count and first ``seq``."""
+        if not self.split:
+            return fetch(self.ray, ref)
+        out_ref, rows_ref = ref
+        out = fetch(self.ray, out_ref)
+        rows = [res.rows for _, pairs in out for _, res in pairs if res.rows.num_rows]
+        if rows:
+            self.refs.append(rows_ref)
+            self.counts.append(len(rows))
+            self.first_seqs.append(int(rows[0].seq[0]))
+        return out
+
     def hold(self, rows: Rows) -> None:
+        if self.split:  # its columns are on the cluster already (_fetched)
+            self.on_cluster += 1
+            return
         if not self.held.items:
             self.first_seqs.append(int(rows.seq[0]))
         group = self.held.add(rows)
         if group is not None:
             self.refs.append(self.ray.put(group))
+            self.counts.append(len(group))
 
     def second_pass(self, idx: int, decisions: Any) -> None:
         group = self.held.flush()
         if group is not None:
             self.refs.append(self.ray.put(group))
+            self.counts.append(len(group))
+        if self.split and self.on_cluster != sum(self.counts):  # pragma: no cover - a bug
+            raise RuntimeError(f"ray engine: {self.on_cluster} batches held, "
+                               f"{sum(self.counts)} left on the cluster")
+        dec: list[Any] = [None] * len(self.refs)
         if decisions is not None and self.refs:
             dec = decisions_by_group(self.ray, decisions, self.first_seqs, self.parts)
-            self.inputs = list(zip(self.refs, dec, strict=True))
-        else:
-            self.inputs = [(ref, None) for ref in self.refs]
+        # split tasks left plain lists of rows: the next tasks number them on
+        firsts: list[int | None] = [None] * len(self.refs)
+        if self.split:
+            firsts = [0, *accumulate(self.counts)][:len(self.counts)]
+        self.inputs = list(zip(self.refs, dec, firsts, strict=True))
         self.decide_idx = idx
         self.held = Groups(task_rows(self.run.spec))
-        self.refs, self.first_seqs = [], []
+        self.refs, self.counts, self.first_seqs = [], [], []
+        self.split, self.on_cluster = False, 0
 
 
 #: inputs up to this size group on the driver (the local engine's in-memory grouping):
@@ -336,11 +398,20 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
     return EngineRun(_rows(ray, run, source, cpus, parts, limit), run.state)
 
 
+def one_machine(ray: Any) -> bool:
+    """Whether every live node of the cluster runs on the driver's machine: its tasks can
+    then read a local input file themselves (its pieces travel as byte ranges), where on
+    other machines the path may not exist."""
+    here = ray.util.get_node_ip_address()
+    return all(n["NodeManagerAddress"] == here for n in ray.nodes() if n.get("Alive"))
+
+
 def _rows(ray: Any, run: Run, source: Any, cpus: int, parts: int,
           cluster_grouping_bytes: int) -> Iterator[Rows]:
     # reading: exactly the local engine's, so ids, seq and read counters match; chunks go
     # to the tasks as they are read, so reading overlaps the cluster's work
-    rows_iter = read_rows(run.spec, source, run.state, run.progress)
+    rows_iter = read_rows(run.spec, source, run.state, run.progress,
+                          by_range=one_machine(ray))
     head: list[Rows] = []
     for r in rows_iter:  # up to the first rows: their schema names the text fields
         assert isinstance(r, Rows)  # read here until the first rows (reading.read_rows)
@@ -349,14 +420,14 @@ def _rows(ray: Any, run: Run, source: Any, cpus: int, parts: int,
         if r.num_rows:
             break
 
-    def inputs() -> Iterator[tuple[list[tuple[int, Rows | ToRead]], None]]:
+    def inputs() -> Iterator[tuple[list[tuple[int, Rows | ToRead]], None, None]]:
         groups = Groups(task_rows(run.spec))
         for rows in chain(head, rows_iter):
             group = groups.add(rows)
             if group is not None:
-                yield group, None
+                yield group, None, None
         group = groups.flush()
         if group is not None:
-            yield group, None
+            yield group, None, None
 
     yield from run.rows(RayEngine(ray, run, inputs(), cpus, parts, cluster_grouping_bytes))

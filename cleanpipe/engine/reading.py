@@ -168,8 +168,8 @@ def _fetch_once(shard: Shard) -> Shard:
         raise InputError(f"{shard.path}: cannot read: {reason(e)}") from e
 
 
-def read_rows(spec: PipelineSpec, source: Any, state: RunState,
-              progress: Progress) -> Iterator[Rows | PieceRead]:
+def read_rows(spec: PipelineSpec, source: Any, state: RunState, progress: Progress,
+              by_range: bool = False) -> Iterator[Rows | PieceRead]:
     """Every shard's batches in order: :class:`Rows` with ids and sequence numbers (records
     that cannot be read ride along in ``Rows.unreadable``), each with the
     :class:`~cleanpipe.engine.read_notes.ReadNotes` the driver counts when it merges the
@@ -177,7 +177,9 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
 
     A UTF-8 JSON Lines file is cut here into pieces of a batch's lines; once a batch with
     rows was read here (its schema names the text fields, its rows warm the workers up), the
-    pieces go out unparsed (:class:`PieceRead`), to be parsed where they are cleaned."""
+    pieces go out unparsed (:class:`PieceRead`), to be parsed where they are cleaned. With
+    ``by_range`` (the workers run on this machine) a piece of an uncompressed local file goes
+    out without its bytes: the worker reads them from the file (``JsonlPiece.by_range``)."""
     inp = spec.input
     opts = ReadOptions(batch_size=spec.batch_size, encoding=inp.encoding,
                        on_parse_error=inp.on_parse_error, on_decode_error=inp.on_decode_error,
@@ -204,6 +206,9 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState,
                     if sent == 1:  # the second batch: the workers have the first
                         pause_point("read")
                     sent += 1
+                    if by_range and shard.compression is None and is_local(shard.filesystem) \
+                            and shard.prefetched is None:
+                        unit = unit.by_range()
                     # the task carries what parsing needs, not the shard's prefetched bytes
                     yield PieceRead(replace(shard, prefetched=None, obj=None), unit, opts,
                                     base, inp.id_field, spec.fields or state.text_fields)

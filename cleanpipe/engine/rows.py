@@ -44,6 +44,25 @@ class Rows:
     def num_rows(self) -> int:
         return self.data.num_rows
 
+    def split_off_columns(self) -> tuple[Rows, Rows]:
+        """These rows as two parts: what the driver merges (ids, ``seq`` and what reading
+        found; ``data`` and ``orig`` only count the rows, in one null column), and
+        the rows to clean on (everything else), where a distributed engine leaves them.
+
+            >>> b = pa.record_batch({"t": ["a", "b"]})
+            >>> here, there = Rows(b, b, pa.array(["f:1", "f:2"]), np.arange(2)).split_off_columns()
+            >>> here.num_rows, here.data.schema.names, there.data.schema.names
+            (2, ['rows'], ['t'])
+        """
+        # a null column keeps the row count: a batch of no columns is read back empty
+        count = pa.RecordBatch.from_arrays([pa.nulls(self.num_rows)], names=["rows"])
+        here = Rows(count, count, self.row_ids, self.seq, self.shard,
+                    unreadable=self.unreadable, read_events=self.read_events,
+                    read_notes=self.read_notes)
+        there = Rows(self.data, self.orig, self.row_ids, self.seq, self.shard, self.flags,
+                     chars=self.chars, figures=self.figures)
+        return here, there
+
     def take_mask(self, keep: np.ndarray) -> Rows:
         mask = pa.array(keep, pa.bool_())
         return Rows(

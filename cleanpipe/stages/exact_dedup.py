@@ -189,6 +189,9 @@ class ExactDedup(DecidedFromTable, GlobalStage):
             start += table.num_rows
         return tables, offsets
 
+    def observe_reads_batch(self) -> bool:
+        return False  # observe keeps the prepared hashes (and seq, row ids) only
+
     def observe(self, prepared: _Hashed, seq: np.ndarray, batch: pa.RecordBatch,
                 ctx: BatchContext) -> None:
         if self._book is None:

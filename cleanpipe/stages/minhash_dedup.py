@@ -310,6 +310,9 @@ class MinHashDedup(DecidedFromTable, GlobalStage):
                                   prepared.snippets)
 
     # -- main process ------------------------------------------------------------------
+    def observe_reads_batch(self) -> bool:
+        return False  # observe keeps the prepared sketches (and seq, row ids) only
+
     def observe(self, prepared: _Sketch, seq: np.ndarray, batch: pa.RecordBatch,
                 ctx: BatchContext) -> None:
         if self._book is None:

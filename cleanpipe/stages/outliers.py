@@ -110,6 +110,9 @@ class Outliers(GlobalStage):
     def prepare(self, batch: pa.RecordBatch, ctx: BatchContext) -> Any:
         return self._features(batch, ctx)
 
+    def observe_reads_batch(self) -> bool:
+        return False  # observe keeps the prepared features (and seq, row ids) only
+
     def observe(self, prepared: Any, seq: np.ndarray, batch: pa.RecordBatch,
                 ctx: BatchContext) -> None:
         self._values.append(prepared)

@@ -7,12 +7,13 @@ import codecs
 import io
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pjson
+from xxhash import xxh3_64_intdigest
 
 from cleanpipe.io.line_blocks import LineBlock, decompressing, line_blocks
 from cleanpipe.io.readers.chunks import (
@@ -120,6 +121,34 @@ class JsonlPiece:
     #: a UTF-16/32 file (its BOM says so), or an empty one: the whole file, transcoded and
     #: parsed in one go
     whole: bool = False
+    #: of a piece sent without its bytes (:meth:`by_range`): their length and xxh3-64 digest
+    stored: tuple[int, int] | None = None
+
+    def by_range(self) -> JsonlPiece:
+        """This piece of an uncompressed local file without its bytes: where it is parsed,
+        :meth:`bytes_of` reads them again (``bytes_before`` is their offset in the file),
+        so a worker on this machine is sent a few numbers instead of the lines, and checks
+        they are the lines cut here.
+
+            >>> p = JsonlPiece(b'{"a": 1}\\n', 0, 0, 9, True, 0, 1).by_range()
+            >>> p.data, p.stored[0]
+            (b'', 9)
+        """
+        return replace(self, data=b"", stored=(len(self.data), xxh3_64_intdigest(self.data)))
+
+    def bytes_of(self, shard: Shard) -> bytes:
+        """The piece's lines: its bytes, or those read again from ``shard`` (a piece sent
+        :meth:`by_range`); a file changed since it was cut is an error, not other rows."""
+        if self.stored is None:
+            return self.data
+        length, digest = self.stored
+        with open_stream(shard) as fh:
+            fh.seek(self.bytes_before)
+            data = fh.read(length)
+        if len(data) != length or xxh3_64_intdigest(data) != digest:
+            raise InputError(f"{shard.path}: the file changed while it was read (bytes"
+                             f" {self.bytes_before:,} to {self.bytes_before + length:,})")
+        return data
 
     def last_record_line(self) -> int:
         """The number of the piece's last line holding a record (not blank: a byte other
@@ -219,13 +248,13 @@ def piece_chunks(shard: Shard, piece: JsonlPiece, opts: ReadOptions) -> Iterator
     """Chunks of one piece of a JSON Lines file (:func:`jsonl_pieces`), each row with the
     bytes of its line (``Chunk.row_bytes``)."""
     if piece.whole:
-        data, bad_bytes, guess = decode_to_utf8(shard, piece.data, opts)
+        data, bad_bytes, guess = decode_to_utf8(shard, piece.bytes_of(shard), opts)
         yield from jsonl_chunks(shard, piece.raw_bytes, data, bad_bytes, opts, guess)
         return
     # offsets count from after a BOM, as when the file is read whole
     base = max(0, piece.bytes_before - piece.bom)
-    data, bad_bytes, guess = decode_to_utf8(shard, piece.data, opts, piece.lines_before, base,
-                                             piece.first)
+    data, bad_bytes, guess = decode_to_utf8(shard, piece.bytes_of(shard), opts,
+                                             piece.lines_before, base, piece.first)
     line_bytes = line_lengths(data)
     for chunk in jsonl_chunks(shard, piece.raw_bytes, data, bad_bytes, opts, guess,
                                piece.lines_before, base):
