@@ -10,8 +10,9 @@ Run from the repo root: ``.venv/bin/python benchmarks/bench_ray.py`` (data from
    first so the ratio measures the warm engine, not Ray's worker start-up (reported apart).
    Local and Ray runs alternate, ``--rounds`` each; figures are medians with min–max.
 2. *Scaling*: a local Ray cluster of separate raylets on this machine
-   (``ray.cluster_utils.Cluster``): a head with 0 CPUs (the driver runs there) and 1, then 2,
-   worker nodes of 1 CPU each; one warm-up run per cluster size, then ``--rounds`` runs.
+   (``ray.cluster_utils.Cluster``): a head with 0 CPUs (the driver runs there) and 1 or 2
+   worker nodes of 1 CPU each, alternating for ``--rounds`` rounds (a node is added or
+   removed between runs), with the machine's busy CPU seconds of each run.
 """
 
 from __future__ import annotations
@@ -120,9 +121,20 @@ def overhead(make: Callable[[], Pipeline], data: Any, rounds: int, cpus: int,
             "spilled": spilled}
 
 
+def machine_cpu_seconds() -> float:
+    """CPU seconds the whole machine spent busy since boot (``/proc/stat``): over a run, the
+    driver's, the raylets' and the workers' CPU time together."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
+
+
 def scaling(make: Callable[[], Pipeline], data: Any, rounds: int, nodes: list[int],
             env: dict[str, str]) -> dict[int, list[tuple[float, float]]]:
-    """The Ray engine on a head of 0 CPUs plus ``n`` worker nodes of 1 CPU, for each ``n``."""
+    """The Ray engine on a head of 0 CPUs plus ``n`` worker nodes of 1 CPU, the node counts
+    interleaved round by round (nodes are added and removed between runs); a node just added
+    gets an untimed warm-up run (its worker imports cleanpipe). Per run: wall seconds and
+    the machine's busy CPU seconds."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -130,19 +142,28 @@ def scaling(make: Callable[[], Pipeline], data: Any, rounds: int, nodes: list[in
 
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "object_store_memory": DEFAULT_OBJECT_STORE, "include_dashboard": False})
-    out: dict[int, list[tuple[float, float]]] = {}
+    out: dict[int, list[tuple[float, float]]] = {n: [] for n in nodes}
     try:
-        for n in sorted(nodes):
+        for _, n in interleaved(sorted(nodes), rounds):
+            added = False
             while len(cluster.worker_nodes) < n:
                 cluster.add_node(num_cpus=1, object_store_memory=DEFAULT_OBJECT_STORE)
+                added = True
+            while len(cluster.worker_nodes) > n:
+                cluster.remove_node(list(cluster.worker_nodes)[-1])
             cluster.wait_for_nodes()
             if not ray.is_initialized():
                 ray.init(address=cluster.address, log_to_driver=False,
                          runtime_env={"env_vars": env})
+            deadline = time.time() + 60
+            while int(ray.cluster_resources().get("CPU", 0)) != n and time.time() < deadline:
+                time.sleep(0.2)  # a removed node leaves the resource view a little later
             assert int(ray.cluster_resources().get("CPU", 0)) == n
-            make().run(data, None, engine="ray")  # warm-up: the new node's worker imports
-            out[n] = [_timed(lambda: make().run(data, None, engine="ray"))[::2]
-                      for _ in range(rounds)]
+            if added:
+                make().run(data, None, engine="ray")
+            cpu = machine_cpu_seconds()
+            sec = _timed(lambda: make().run(data, None, engine="ray"))[0]
+            out[n].append((sec, machine_cpu_seconds() - cpu))
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -225,18 +246,24 @@ def render(ov: dict[str, Any], sc: dict[int, list[tuple[float, float]]], n_files
             "", "## Scaling: 1 vs 2 worker nodes", "",
             "A local Ray cluster of separate raylets on this machine"
             " (`ray.cluster_utils.Cluster`): head with 0 CPUs (driver: reading, merging, the"
-            " dedup grouping, writing nothing), worker nodes of 1 CPU each. One warm-up run"
-            f" per cluster size (not timed), then {args.rounds} runs; median (min–max). All"
-            f" on {os.cpu_count()} cores shared with the driver and the raylets.", "",
-            "| worker nodes | wall s | rows/s | rows/s per node | speed-up vs 1 node |",
-            "|---:|---:|---:|---:|---:|"]
+            " dedup grouping, writing nothing), worker nodes of 1 CPU each. The node counts"
+            f" alternate, {args.rounds} rounds (a node is added or removed between runs; a"
+            " node just added gets an untimed warm-up run); median (min–max). All on"
+            f" {os.cpu_count()} cores shared with the driver and the raylets. CPU s: the"
+            " machine's busy CPU seconds over the run (driver, raylets and workers).", "",
+            "| worker nodes | wall s | rows/s | rows/s per node | CPU s | speed-up vs 1 node |",
+            "|---:|---:|---:|---:|---:|---:|"]
         for n, runs in sorted(sc.items()):
             sp = Spread.of(s for s, _ in runs)
+            cpu = Spread.of(c for _, c in runs)
             lines.append(f"| {n} | {sp.fmt()} | {rows / sp.median:,.0f} |"
-                         f" {rows / sp.median / n:,.0f} | {base.median / sp.median:.2f} |")
+                         f" {rows / sp.median / n:,.0f} | {cpu.fmt()} |"
+                         f" {base.median / sp.median:.2f} |")
         if len(sc) > 1:
-            lines += ["", "Throughput with 2 worker nodes / with 1:"
-                      f" **{base.median / Spread.of(s for s, _ in sc[max(sc)]).median:.2f}x**."]
+            top = Spread.of(s for s, _ in sc[max(sc)])
+            speed, lo, hi = ratio_spread(base, top)
+            lines += ["", f"Throughput with {max(sc)} worker nodes / with {min(sc)}:"
+                      f" **{speed:.2f}x** (pairings of the measured runs: {lo:.2f}–{hi:.2f})."]
     return "\n".join(lines) + "\n"
 
 
