@@ -318,3 +318,46 @@ def test_real_outputs_reopen_with_datasets(tmp_path: Path) -> None:
         ds = (datasets.load_from_disk(str(out / "data")) if fmt == "hf"
               else datasets.load_dataset(str(out), split="train"))
         assert ds.to_list() == original
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_keep_rows_between_dedup_stages_and_the_spill_serves_the_others(
+        tmp_path: Path, monkeypatch, workers: int) -> None:
+    """Between two stages that decide from a decisions table (the dedups), each worker keeps
+    the rows it cleaned (engine.held_rows) and the driver sees none of their columns; a
+    global stage without one (``OddSeq``) still gets its rows back through the driver's
+    spill. Either way the output is that of one process with the spill alone."""
+    from cleanpipe.engine import local
+    from cleanpipe.stages.exact_dedup import ExactDedup
+    from cleanpipe.stages.minhash_dedup import MinHashDedup
+
+    src = tmp_path / "in.jsonl"
+    _write_jsonl(src, [{"text": f"row {i % 300} " + "w " * (i % 5)} for i in range(2000)])
+
+    def run(stages: list, out: Path) -> tuple[dict, list]:
+        spilled: list[list[str]] = []
+        real = local.Spill.write
+
+        def write(self, rows):
+            spilled.append(rows.data.schema.names)
+            real(self, rows)
+
+        monkeypatch.setattr(local.Spill, "write", write)
+        rep = Pipeline(stages=stages, fields=["text"], batch_size=128).run(
+            src, out, workers=workers)
+        monkeypatch.setattr(local.Spill, "write", real)
+        rows = (pq.read_table(out / "data").to_pylist(),
+                pq.read_table(out / "quarantine").to_pylist())
+        return {"totals": rep["totals"], "rows": rows}, spilled
+
+    held, spilled = run([ExactDedup(), OddSeq(), MinHashDedup()], tmp_path / "held")
+    # only OddSeq's first pass came back to the driver: 2000 rows in 128-row batches
+    assert spilled and all(names == ["text"] for names in spilled)
+    assert len(spilled) <= 2000 // 128 + 1
+
+    # the reference: every global stage decided by the driver, from its spill
+    monkeypatch.setattr(ExactDedup, "has_decisions_table", lambda self: False)
+    monkeypatch.setattr(MinHashDedup, "has_decisions_table", lambda self: False)
+    ref, spilled_ref = run([ExactDedup(), OddSeq(), MinHashDedup()], tmp_path / "ref")
+    assert len(spilled_ref) > len(spilled)
+    assert held == ref and held["totals"]["quarantined"] > 1000

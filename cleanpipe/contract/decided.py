@@ -44,6 +44,9 @@ class DecidedFromTable:
         """Drop what the first pass kept per row (snippets, hashes, sketches)."""
         raise NotImplementedError
 
+    def has_decisions_table(self) -> bool:
+        return True
+
     def with_decisions(self: _S, decisions: pa.Table) -> _S:
         """A copy whose ``decide`` reports ``decisions`` (computed elsewhere, e.g. by the
         Ray engine's distributed grouping) instead of looking rows up in its own state."""

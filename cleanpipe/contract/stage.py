@@ -235,6 +235,16 @@ class GlobalStage(Stage):
         per-row state of its own)."""
         raise NotImplementedError(f"{self.name}: no distributed grouping")
 
+    def has_decisions_table(self) -> bool:
+        """Whether :meth:`decisions_for` and :meth:`with_decisions` are implemented: an
+        engine may then decide a batch away from the finalized stage, on a copy of the stage
+        as configured given the batch's decisions table (``False`` by default).
+
+            >>> GlobalStage().has_decisions_table()
+            False
+        """
+        return False
+
     def decisions_for(self, seq: np.ndarray) -> pa.Table:
         """What ``decide`` reports for the rows ``seq`` after ``finalize``, as a decisions
         table (``seq``, ``code``, ``detail``: :data:`cleanpipe.contract.decisions.DECISIONS`)."""

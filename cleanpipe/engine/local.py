@@ -22,6 +22,7 @@ import pickle
 import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import chain
 from pathlib import Path
@@ -40,6 +41,7 @@ from cleanpipe.engine.core import (
     ToRead,
     decide_batch,
 )
+from cleanpipe.engine.held_rows import HeldRows, hold
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.reading import read_rows
@@ -76,9 +78,45 @@ def _warm_worker(sample: pa.RecordBatch | None) -> None:
     _worker.warm(sample)
 
 
-def _segment_task(args: tuple[int, Rows | ToRead]) -> list[TaskResult]:
-    assert _worker is not None
-    return _worker.run_task(*args)
+@dataclass
+class Task:
+    """One task of segment ``seg_i``: a batch, batches still to be read, or batches a
+    worker held (:class:`HeldRows`). ``decide``: the previous global stage's index and these
+    rows' decisions table, decided here first. ``hold_in``: the folder where the worker
+    keeps the rows left (:mod:`cleanpipe.engine.held_rows`), returning only what the driver
+    merges and observes."""
+
+    seg_i: int
+    item: Rows | ToRead | HeldRows
+    decide: tuple[int, pa.Table] | None = None
+    hold_in: str | None = None
+
+
+TaskOutput = tuple[list[tuple[DecidedBatch | None, TaskResult]], HeldRows | None]
+
+
+def _segment_task(task: Task) -> TaskOutput:
+    w = _worker
+    assert w is not None
+    items = task.item.load() if isinstance(task.item, HeldRows) else [task.item]
+    pairs: list[tuple[DecidedBatch | None, TaskResult]] = []
+    for item in items:
+        decided = None
+        if task.decide is not None:
+            assert isinstance(item, Rows)
+            idx, table = task.decide
+            g = w.global_stage(idx).with_decisions(table)
+            item, decided = decide_batch(g, idx, item, w.text_fields, w.flag_codes)
+        results = w.run_task(task.seg_i, item)
+        pairs += [(decided, results[0]), *((None, r) for r in results[1:])]
+    if task.hold_in is None:
+        return pairs, None
+    there = []
+    for _, res in pairs:
+        res.rows, rows = res.rows.split_off_columns()
+        if rows.num_rows:
+            there.append(rows)
+    return pairs, hold(there, task.hold_in, task.seg_i)
 
 
 # ------------------------------------------------------------------------------- spill
@@ -110,49 +148,84 @@ class Spill:
 
 
 class LocalEngine:
-    """:class:`cleanpipe.engine.core.Engine` on a :class:`WorkerPool`: batches run in the
-    pool's workers, a first pass's rows wait in a :class:`Spill`, and a global stage
-    decides on them here, batch by batch, as the second pass feeds them to the workers."""
+    """:class:`cleanpipe.engine.core.Engine` on a :class:`WorkerPool`. Batches run in the
+    pool's workers. Between two segments, where the global stage observes without the
+    batch's columns and decides from a decisions table, each worker keeps the rows it
+    cleaned in a file of its own (:mod:`cleanpipe.engine.held_rows`) and the next
+    segment's task decides on them with their decisions table; for any other global stage
+    the rows come back here, wait in a :class:`Spill`, and the stage decides on them here,
+    batch by batch, as the second pass feeds them to the workers."""
 
     def __init__(self, run: Run, pool: WorkerPool, stream: Iterable[Rows | ToRead],
                  spill_dir: Path) -> None:
         self.run = run
         self.pool = pool
-        self.stream = stream
+        self.stream: Iterable[Task] = (Task(0, item) for item in stream)
         self.spill_dir: Path | None = spill_dir
         self.spill: Spill | None = None
-        #: one entry per batch the previous global stage decided on, in batch order
+        #: one entry per batch the previous global stage decided on here, in batch order
         self.pending: deque[DecidedBatch] = deque()
+        #: the rows the workers keep for the next segment, and the batches they hold
+        self.held: list[HeldRows] = []
+        self.held_batches = 0
+        self.keep_in_workers = False
+        #: what the current segment reads: rows held by the workers, or decided here
+        self.reading: list[HeldRows] = []
+        self.decided_here = False
 
     def results(self, seg_i: int) -> Iterator[tuple[DecidedBatch | None, TaskResult]]:
-        tasks = ((seg_i, r) for r in self.stream)
-        for results in self.pool.map(_segment_task, tasks):
-            for res in results:
-                yield (self.pending.popleft() if seg_i else None), res
+        closing = self.run.segments[seg_i].closing
+        g = self.run.stages[closing] if closing is not None else None
+        self.keep_in_workers = isinstance(g, GlobalStage) and not g.observe_reads_batch() \
+            and g.has_decisions_table()
+        hold_in = str(self.spill_dir) if self.keep_in_workers else None
+        tasks = (replace(t, seg_i=seg_i, hold_in=hold_in) for t in self.stream)
+        for pairs, held in self.pool.map(_segment_task, tasks):
+            if held is not None and held.batches:
+                self.held.append(held)
+            for decided, res in pairs:
+                if self.decided_here:  # a batch of rows: one result each
+                    decided = self.pending.popleft()
+                yield decided, res
+        for path in sorted({h.path for h in self.reading}):  # read: no longer needed
+            Path(path).unlink(missing_ok=True)
+        self.reading = []
 
     def grouping(self, stage: GlobalStage) -> None:
         return None  # one machine: the stage observes and finalizes itself
 
     def hold(self, rows: Rows) -> None:
+        if self.keep_in_workers:  # the worker that cleaned them keeps them
+            self.held_batches += 1
+            return
         if self.spill is None:
             assert self.spill_dir is not None
             self.spill = Spill(self.spill_dir)
         self.spill.write(rows)
 
     def second_pass(self, idx: int, decisions: Any) -> None:
+        g = self.run.stages[idx]
+        assert isinstance(g, GlobalStage)
+        if self.keep_in_workers:
+            if self.held_batches != sum(h.batches for h in self.held):  # pragma: no cover
+                raise RuntimeError(f"local engine: {self.held_batches} batches held,"
+                                   f" {sum(h.batches for h in self.held)} in the workers")
+            self.reading, self.held, self.held_batches = self.held, [], 0
+            self.decided_here = False
+            self.stream = (Task(0, h, (idx, g.decisions_for(h.seq))) for h in self.reading)
+            return
+        self.decided_here = True
         spill, self.spill = self.spill, None
         if spill is not None:
             spill.finish()
-        self.stream = self.decided(idx, spill)
+        self.stream = (Task(0, rows) for rows in self.decided(g, idx, spill))
 
-    def decided(self, idx: int, spill: Spill | None) -> Iterator[Rows | ToRead]:
-        """The second pass of stage ``idx``: each batch's kept rows (even none), while its
-        counters and drops wait in ``pending`` to be merged with the same batch's next
-        results."""
+    def decided(self, g: GlobalStage, idx: int, spill: Spill | None) -> Iterator[Rows]:
+        """The second pass of stage ``idx``, decided here: each batch's kept rows (even
+        none), while its counters and drops wait in ``pending`` to be merged with the same
+        batch's next results."""
         if spill is None:
             return
-        g = self.run.stages[idx]
-        assert isinstance(g, GlobalStage)
         for rows in spill.read():
             kept, decided = decide_batch(g, idx, rows, self.run.state.text_fields,
                                          self.run.flag_codes)
