@@ -328,9 +328,12 @@ def test_workers_keep_rows_between_dedup_stages_and_the_spill_serves_the_others(
     global stage without one (``OddSeq``) still gets its rows back through the driver's
     spill. Either way the output is that of one process with the spill alone."""
     from cleanpipe.engine import local
+    from cleanpipe.io.readers import jsonl as jsonl_reader
     from cleanpipe.stages.exact_dedup import ExactDedup
     from cleanpipe.stages.minhash_dedup import MinHashDedup
 
+    # pieces of 256 lines: the workers parse most of them, each in two 128-row batches
+    monkeypatch.setattr(jsonl_reader, "PIECE_LINES", 256)
     src = tmp_path / "in.jsonl"
     _write_jsonl(src, [{"text": f"row {i % 300} " + "w " * (i % 5)} for i in range(2000)])
 

@@ -267,3 +267,21 @@ def test_a_file_changed_after_it_was_cut_is_an_error_not_other_rows(tmp_path):
     assert pieces[1].read()  # untouched pieces still read
     with pytest.raises(InputError, match=rf"{src}: the file changed while it was read"):
         pieces[2].read()
+
+
+def test_a_piece_by_range_of_a_relative_path_reads_from_another_folder(tmp_path, monkeypatch):
+    """A worker may run in another folder (a Ray node started elsewhere): the range names
+    the file by its absolute path, while messages keep the path as given."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_bytes(_lines(300))
+    monkeypatch.chdir(tmp_path)
+    spec = _spec()
+    run = Run(spec, Sinks(), None)
+    pieces = [it for it in read_rows(spec, "data/train.jsonl", run.state, run.progress,
+                                     by_range=True) if isinstance(it, PieceRead)]
+    assert pieces and all(p.shard.path == "data/train.jsonl" for p in pieces)
+    here = _flat([r for p in pieces for r in p.read()])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert _flat([r for p in pieces for r in p.read()]) == here and here["ids"]

@@ -464,10 +464,14 @@ def test_driver_pulls_results_before_it_gets_them(cluster, tmp_path: Path,
 
 @pytest.mark.parametrize("reads", [False, True])
 def test_rows_stay_on_the_cluster_unless_observe_reads_them(cluster, tmp_path: Path,
-                                                            reads: bool) -> None:
+                                                            monkeypatch, reads: bool) -> None:
     """Between two segments a batch stays in the object store of the node that cleaned it
     (``Rows.split_off_columns``): the driver's ``observe`` gets its ids and seq, and its
     columns only where the stage says it reads them. Either way the results are local's."""
+    from cleanpipe.io.readers import jsonl as jsonl_reader
+
+    # pieces of 400 lines: the tasks parse most of them, each in two 200-row batches
+    monkeypatch.setattr(jsonl_reader, "PIECE_LINES", 400)
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": f"row {i % 400} " + "w " * (i % 7)}) + "\n"
                            for i in range(1500)), encoding="utf-8")

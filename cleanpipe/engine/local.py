@@ -116,7 +116,7 @@ def _segment_task(task: Task) -> TaskOutput:
         res.rows, rows = res.rows.split_off_columns()
         if rows.num_rows:
             there.append(rows)
-    return pairs, hold(there, task.hold_in, task.seg_i)
+    return pairs, (hold(there, task.hold_in, task.seg_i) if there else None)
 
 
 # ------------------------------------------------------------------------------- spill
@@ -181,7 +181,7 @@ class LocalEngine:
         hold_in = str(self.spill_dir) if self.keep_in_workers else None
         tasks = (replace(t, seg_i=seg_i, hold_in=hold_in) for t in self.stream)
         for pairs, held in self.pool.map(_segment_task, tasks):
-            if held is not None and held.batches:
+            if held is not None:
                 self.held.append(held)
             for decided, res in pairs:
                 if self.decided_here:  # a batch of rows: one result each

@@ -9,6 +9,7 @@ stages, and wherever a batch is parsed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -206,12 +207,16 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState, progress: Progre
                     if sent == 1:  # the second batch: the workers have the first
                         pause_point("read")
                     sent += 1
+                    sent_shard = replace(shard, prefetched=None, obj=None)
                     if by_range and shard.compression is None and is_local(shard.filesystem) \
                             and shard.prefetched is None:
                         unit = unit.by_range()
+                        # a worker may run in another folder (a Ray node started elsewhere)
+                        sent_shard = replace(sent_shard,
+                                             fs_path=os.path.abspath(shard.open_path))
                     # the task carries what parsing needs, not the shard's prefetched bytes
-                    yield PieceRead(replace(shard, prefetched=None, obj=None), unit, opts,
-                                    base, inp.id_field, spec.fields or state.text_fields)
+                    yield PieceRead(sent_shard, unit, opts, base, inp.id_field,
+                                    spec.fields or state.text_fields)
                     continue
                 chunks = piece_chunks(shard, unit, opts)
             else:
