@@ -180,6 +180,18 @@ def decide_batch(stage: GlobalStage, idx: int, rows: Rows, text_fields: list[str
     return kept, DecidedBatch(idx, stats, dropped)
 
 
+def split_off_rows(pairs: list[tuple[DecidedBatch | None, TaskResult]]) -> list[Rows]:
+    """The rows of ``pairs``' results, those with rows, in order; each result keeps only
+    what the driver merges and observes (:meth:`Rows.split_off_columns`), so an engine can
+    leave the rows where they were cleaned for the next segment."""
+    held = []
+    for _, res in pairs:
+        res.rows, there = res.rows.split_off_columns()
+        if there.num_rows:
+            held.append(there)
+    return held
+
+
 class ToRead(Protocol):
     """Batches still to be read (``engine.reading.PieceRead``): the first segment reads
     them where it runs (:meth:`SegmentWorker.run_task`)."""
@@ -228,6 +240,20 @@ class SegmentWorker:
         if isinstance(item, Rows):
             return [self.run(seg_i, item)]
         return [self.run(seg_i, rows) for rows in item.read()]
+
+    def run_decided(self, seg_i: int, item: Rows | ToRead,
+                    decide: tuple[int, GlobalStage] | None = None
+                    ) -> list[tuple[DecidedBatch | None, TaskResult]]:
+        """:meth:`run_task`, the batch first decided by ``decide`` (the previous global
+        stage's index and the stage, finalized or given its decisions): each result with
+        the decisions on its batch (none for the further batches of a piece read here)."""
+        decided = None
+        if decide is not None:
+            assert isinstance(item, Rows)  # a second pass: rows held from the first
+            idx, g = decide
+            item, decided = decide_batch(g, idx, item, self.text_fields, self.flag_codes)
+        results = self.run_task(seg_i, item)
+        return [(decided, results[0]), *((None, r) for r in results[1:])]
 
     def run(self, seg_i: int, rows: Rows) -> TaskResult:
         """``rows`` through segment ``seg_i``: its stateless stages in order, then the

@@ -40,6 +40,7 @@ from cleanpipe.engine.core import (
     TaskResult,
     ToRead,
     decide_batch,
+    split_off_rows,
 )
 from cleanpipe.engine.held_rows import HeldRows, hold
 from cleanpipe.engine.parallel import WorkerPool, default_workers
@@ -99,23 +100,14 @@ def _segment_task(task: Task) -> TaskOutput:
     w = _worker
     assert w is not None
     items = task.item.load() if isinstance(task.item, HeldRows) else [task.item]
-    pairs: list[tuple[DecidedBatch | None, TaskResult]] = []
-    for item in items:
-        decided = None
-        if task.decide is not None:
-            assert isinstance(item, Rows)
-            idx, table = task.decide
-            g = w.global_stage(idx).with_decisions(table)
-            item, decided = decide_batch(g, idx, item, w.text_fields, w.flag_codes)
-        results = w.run_task(task.seg_i, item)
-        pairs += [(decided, results[0]), *((None, r) for r in results[1:])]
+    decide = None
+    if task.decide is not None:
+        idx, table = task.decide
+        decide = (idx, w.global_stage(idx).with_decisions(table))
+    pairs = [p for item in items for p in w.run_decided(task.seg_i, item, decide)]
     if task.hold_in is None:
         return pairs, None
-    there = []
-    for _, res in pairs:
-        res.rows, rows = res.rows.split_off_columns()
-        if rows.num_rows:
-            there.append(rows)
+    there = split_off_rows(pairs)
     return pairs, (hold(there, task.hold_in, task.seg_i) if there else None)
 
 

@@ -59,7 +59,7 @@ from cleanpipe.engine.core import (
     Sinks,
     TaskResult,
     ToRead,
-    decide_batch,
+    split_off_rows,
 )
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.ray_dedup import distributed
@@ -127,17 +127,14 @@ class SegmentMapper:
         w = self.worker
         out = []
         for i, rows in chunks:
-            decided = None
+            decide = None
             if self.decide_idx is not None:
                 assert isinstance(rows, Rows)  # a second pass: rows held from the first
                 g = w.global_stage(self.decide_idx)
                 if decisions is not None and rows.num_rows:
                     g = g.with_decisions(_decisions_of(decisions, rows.seq))
-                rows, decided = decide_batch(g, self.decide_idx, rows, w.text_fields,
-                                             w.flag_codes)
-            # a piece of a file still to be read gives one or more batches, all of segment 0
-            results = w.run_task(self.seg_i, rows)
-            out.append((i, [(decided, results[0]), *((None, r) for r in results[1:])]))
+                decide = (self.decide_idx, g)
+            out.append((i, w.run_decided(self.seg_i, rows, decide)))
         return out
 
 
@@ -173,13 +170,7 @@ def split_results(out: list[tuple[int, Any]]) -> tuple[list[tuple[int, Any]], li
     """A task's results without their rows' columns, and the rows with rows left, in order
     (:meth:`Rows.split_off_columns`): the driver merges the first and observes on it, the
     second waits on the cluster for the next segment."""
-    held = []
-    for _, pairs in out:
-        for _, res in pairs:
-            res.rows, there = res.rows.split_off_columns()
-            if there.num_rows:
-                held.append(there)
-    return out, held
+    return out, [rows for _, pairs in out for rows in split_off_rows(pairs)]
 
 
 #: the Ray remote function of :func:`map_chunks`, made once per driver process
@@ -280,7 +271,7 @@ class RayEngine:
         self.decide_idx: int | None = None
         self.held = Groups(task_rows(run.spec))
         self.refs: list[Any] = []  # the held groups
-        self.counts: list[int] = []  # the batches of each held group
+        self.counts: list[int] = []  # the batches of each group left on the cluster
         self.first_seqs: list[int] = []  # the first seq of each held group
         #: whether the current segment's tasks leave their rows on the cluster, and the
         #: batches held there so far
@@ -346,13 +337,11 @@ class RayEngine:
         group = self.held.add(rows)
         if group is not None:
             self.refs.append(self.ray.put(group))
-            self.counts.append(len(group))
 
     def second_pass(self, idx: int, decisions: Any) -> None:
         group = self.held.flush()
         if group is not None:
             self.refs.append(self.ray.put(group))
-            self.counts.append(len(group))
         if self.split and self.on_cluster != sum(self.counts):  # pragma: no cover - a bug
             raise RuntimeError(f"ray engine: {self.on_cluster} batches held, "
                                f"{sum(self.counts)} left on the cluster")

@@ -204,9 +204,7 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState, progress: Progre
                 progress.advance_bytes(unit.raw_bytes)
                 if sent and not unit.whole:
                     top = max(top, unit.last_record_line())
-                    if sent == 1:  # the second batch: the workers have the first
-                        pause_point("read")
-                    sent += 1
+                    sent = _hand_out(sent)
                     sent_shard = replace(shard, prefetched=None, obj=None)
                     if by_range and shard.compression is None and is_local(shard.filesystem) \
                             and shard.prefetched is None:
@@ -226,11 +224,17 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState, progress: Progre
                 top = max(top, _top(chunk))
                 rows = rows_of_chunk(chunk, base, inp.id_field, spec.fields or state.text_fields)
                 if rows.num_rows:
-                    if sent == 1:
-                        pause_point("read")
-                    sent += 1
+                    sent = _hand_out(sent)
                 yield rows
         base += top + 1
+
+
+def _hand_out(sent: int) -> int:
+    """The count of batches handed out, one more; before the second, the fault point
+    ``read`` (the workers have the first)."""
+    if sent == 1:
+        pause_point("read")
+    return sent + 1
 
 
 def _units(shard: Shard, opts: ReadOptions) -> Iterator[Chunk | JsonlPiece]:
