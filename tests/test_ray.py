@@ -511,3 +511,44 @@ def test_one_machine_cluster_reads_its_own_pieces(cluster, tmp_path: Path,
     assert state.read == 3000
     pieces = [r for r in sent if hasattr(r, "piece")]
     assert len(pieces) > 40 and all(p.piece.data == b"" for p in pieces)
+
+
+def test_tasks_decide_on_the_dedup_stages_as_configured(cluster, tmp_path: Path,
+                                                        monkeypatch) -> None:
+    """A finalized dedup stage holds per-row state (t0: 70 MB pickled for minhash_dedup)
+    that every worker process would fetch: the tasks of every segment get the stages as
+    configured, each task its rows' decisions computed on the driver, and the results are
+    local's."""
+    src = tmp_path / "in.jsonl"
+    words = "the quick brown fox jumps over the lazy dog and runs far away to the hills"
+    src.write_text("".join(json.dumps({"text": f"{words} {i % 700}" + " now" * (i // 700 % 2)})
+                           + "\n" for i in range(3000)), encoding="utf-8")
+    blobs: list[bytes] = []
+    real = ray_engine.RayEngine.stages_blob
+
+    def stages_blob(self, seg_i: int) -> bytes:
+        blobs.append(real(self, seg_i))
+        return blobs[-1]
+
+    monkeypatch.setattr(ray_engine.RayEngine, "stages_blob", stages_blob)
+    make = _full(200, threshold=0.5)
+    local = _collect(execute, make(), src)
+    on_ray = _collect(execute_ray, make(), src)
+    assert on_ray == local
+    assert {r for _, _, rs in local["quarantine"] for r in rs} >= {"exact_duplicate",
+                                                                   "near_duplicate"}
+    assert len(blobs) == 3 and blobs[1] == blobs[0] and blobs[2] == blobs[0]
+
+
+def test_task_groups_close_on_rows_or_bytes() -> None:
+    """A task gets at least one chunk, and no more once it has ``rows`` rows or ``nbytes``
+    bytes: long-text rows make smaller tasks, so no task runs three times the others."""
+    from types import SimpleNamespace
+
+    groups = ray_engine.Groups(rows=100, nbytes=1000)
+    sizes = [(40, 100), (40, 100), (40, 100), (10, 2000), (30, 400), (30, 400), (5, 5)]
+    out = [groups.add(SimpleNamespace(num_rows=n, nbytes=b)) for n, b in sizes]
+    out.append(groups.flush())
+    made = [[i for i, _ in g] for g in out if g is not None]
+    assert made == [[0, 1, 2], [3], [4, 5, 6]]
+    assert groups.flush() is None

@@ -200,6 +200,10 @@ class ToRead(Protocol):
     def num_rows(self) -> int:
         """At least the rows it will read."""
 
+    @property
+    def nbytes(self) -> int:
+        """About the bytes it will read."""
+
     def read(self) -> list[Rows]:
         """The batches, read."""
 

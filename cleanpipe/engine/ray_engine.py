@@ -8,21 +8,22 @@ What differs is only where that work runs and how its results come back:
 
 * Reading happens on the driver with cleanpipe's readers, in the local engine's order, so row
   ids (``file:line``) and sequence numbers are the same. Consecutive chunks travel to a task
-  together (at least ``TASK_ROWS`` rows a task) as a list of ``(chunk index, Rows)``, which
-  Ray serializes with the Arrow buffers out of band; on a cluster of this machine alone a
-  JSON Lines piece travels as its byte range (:func:`one_machine`). Tasks are submitted as
-  chunks are read, a few per CPU in
-  flight, so reading overlaps the cluster's work; the stage list goes to the object store
-  once per segment and each worker process unpickles it and calls ``setup()`` once.
+  together (``TASK_ROWS`` rows or ``TASK_BYTES`` bytes a task) as a list of
+  ``(chunk index, Rows)``, which Ray serializes with the Arrow buffers out of band; on a
+  cluster of this machine alone a JSON Lines piece travels as its byte range
+  (:func:`one_machine`). Tasks are submitted as chunks are read, a few per CPU in flight,
+  so reading overlaps the cluster's work; the stage list goes to the object store once per
+  segment and each worker process unpickles it and calls ``setup()`` once.
 * Results are put back in chunk order on the driver before anything is merged, so the
   report, the quarantine and the kept rows do not depend on how Ray schedules tasks.
 * A global stage (dedup) closes a segment: its ``prepare`` runs in the tasks, the rows wait
   in the object store (where the stage observes without the batch's columns, in that of
   the node that cleaned them: :func:`split_results`), and its ``decide`` runs in the tasks
-  of the next segment. On an input
-  up to ``CLUSTER_GROUPING_BYTES`` the stage ``observe``s and ``finalize``s on the driver in
-  row order, exactly as in the local engine, and the finalized stage is shipped to the next
-  segment's tasks. On a larger input a stage that declares a distributed grouping
+  of the next segment. On an input up to ``CLUSTER_GROUPING_BYTES`` the stage
+  ``observe``s and ``finalize``s on the driver in row order, exactly as in the local
+  engine; the next segment's tasks get the stage as configured and their rows' decisions
+  where it has a decisions table (``GlobalStage.has_decisions_table``), else the finalized
+  stage. On a larger input a stage that declares a distributed grouping
   (``GlobalStage.distributed_grouping``) is grouped on the cluster instead
   (:mod:`cleanpipe.engine.ray_dedup`); its decisions are shuffled by the task group holding
   their row (:func:`decisions_by_group`: the rows themselves do not move) and reach
@@ -217,29 +218,38 @@ def _ensure_ray(address: str | None, workers: int | None) -> Any:
 #: idle at each segment's end (a global stage waits for the segment's last task)
 TASK_ROWS = 4096
 
+#: bytes of input a task gets at most (but at least one chunk): a stage's work grows with
+#: the text (shingles, hashes, tokens), so long-text rows in tasks of TASK_ROWS rows made
+#: tasks of three times the others' time, and the last of them a segment's idle tail
+TASK_BYTES = 4 << 20
+
 
 class Groups:
-    """Consecutive chunks gathered into task-sized groups of at least ``rows`` rows: lists
-    of ``(chunk index, Rows)``, chunk indices counting on over the groups."""
+    """Consecutive chunks gathered into task-sized groups of at least ``rows`` rows or
+    ``nbytes`` bytes, whichever comes first: lists of ``(chunk index, Rows)``, chunk
+    indices counting on over the groups."""
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, nbytes: int | None = None) -> None:
         self.rows = rows
+        self.nbytes = TASK_BYTES if nbytes is None else nbytes
         self.items: list[tuple[int, Rows | ToRead]] = []
         self.n = 0
+        self.b = 0
         self.count = 0  # chunks gathered so far, over all groups
 
     def add(self, rows: Rows | ToRead) -> list[tuple[int, Rows | ToRead]] | None:
-        """Add one chunk; returns a group once enough rows are gathered."""
+        """Add one chunk; returns a group once enough rows or bytes are gathered."""
         self.items.append((self.count, rows))
         self.count += 1
         self.n += rows.num_rows
-        return self.flush() if self.n >= self.rows else None
+        self.b += rows.nbytes
+        return self.flush() if self.n >= self.rows or self.b >= self.nbytes else None
 
     def flush(self) -> list[tuple[int, Rows | ToRead]] | None:
         """The chunks gathered since the last group (``None`` if none)."""
         if not self.items:
             return None
-        group, self.items, self.n = self.items, [], 0
+        group, self.items, self.n, self.b = self.items, [], 0, 0
         return group
 
 
@@ -273,6 +283,11 @@ class RayEngine:
         self.refs: list[Any] = []  # the held groups
         self.counts: list[int] = []  # the batches of each group left on the cluster
         self.first_seqs: list[int] = []  # the first seq of each held group
+        self.seqs: list[np.ndarray] = []  # the seq of each held group's rows
+        #: the stages as configured, before any pass: a stage with a decisions table is
+        #: shipped so, with each task's decisions, not finalized (its per-row state can
+        #: be tens of MB that every worker process would fetch and unpickle)
+        self.unfinalized = pickle.dumps(run.stages, protocol=pickle.HIGHEST_PROTOCOL)
         #: whether the current segment's tasks leave their rows on the cluster, and the
         #: batches held there so far
         self.split = False
@@ -282,7 +297,7 @@ class RayEngine:
         if self.inputs is None:
             return
         inputs, self.inputs = self.inputs, None
-        stages = self.ray.put(pickle.dumps(self.run.stages, protocol=pickle.HIGHEST_PROTOCOL))
+        stages = self.ray.put(self.stages_blob(seg_i))
         task = _remote_map(self.ray)
         closing = self.run.segments[seg_i].closing
         # rows whose global stage observes without their columns stay on the cluster
@@ -309,6 +324,18 @@ class RayEngine:
         for _, pairs in _in_order(submitted()):
             yield from pairs
 
+    def stages_blob(self, seg_i: int) -> bytes:
+        """The stage list segment ``seg_i``'s tasks get, pickled: as configured, but for
+        the finalized global stages before it that have no decisions table."""
+        finalized = [s.closing for s in self.run.segments[:seg_i] if s.closing is not None
+                     and not self.run.stages[s.closing].has_decisions_table()]
+        if not finalized:
+            return self.unfinalized
+        stages = pickle.loads(self.unfinalized)
+        for i in finalized:
+            stages[i] = self.run.stages[i]
+        return pickle.dumps(stages, protocol=pickle.HIGHEST_PROTOCOL)
+
     def grouping(self, stage: GlobalStage) -> Grouping | None:
         if self.run.state.input_bytes <= self.cluster_grouping_bytes:
             return None  # a small index: the stage observes and finalizes on the driver
@@ -326,7 +353,12 @@ class RayEngine:
             self.refs.append(rows_ref)
             self.counts.append(len(rows))
             self.first_seqs.append(int(rows[0].seq[0]))
+            self.seqs.append(np.concatenate([r.seq for r in rows]))
         return out
+
+    def _put_group(self, group: list[tuple[int, Rows | ToRead]]) -> None:
+        self.refs.append(self.ray.put(group))
+        self.seqs.append(np.concatenate([r.seq for _, r in group if isinstance(r, Rows)]))
 
     def hold(self, rows: Rows) -> None:
         if self.split:  # its columns are on the cluster already (_fetched)
@@ -336,26 +368,31 @@ class RayEngine:
             self.first_seqs.append(int(rows.seq[0]))
         group = self.held.add(rows)
         if group is not None:
-            self.refs.append(self.ray.put(group))
+            self._put_group(group)
 
     def second_pass(self, idx: int, decisions: Any) -> None:
         group = self.held.flush()
         if group is not None:
-            self.refs.append(self.ray.put(group))
+            self._put_group(group)
         if self.split and self.on_cluster != sum(self.counts):  # pragma: no cover - a bug
             raise RuntimeError(f"ray engine: {self.on_cluster} batches held, "
                                f"{sum(self.counts)} left on the cluster")
-        dec: list[Any] = [None] * len(self.refs)
+        g = self.run.stages[idx]
+        assert isinstance(g, GlobalStage)
+        dec: Iterable[Any] = [None] * len(self.refs)
         if decisions is not None and self.refs:
             dec = decisions_by_group(self.ray, decisions, self.first_seqs, self.parts)
+        elif g.has_decisions_table():
+            # each task's decisions, computed as it is submitted
+            dec = map(g.decisions_for, self.seqs)
         # split tasks left plain lists of rows: the next tasks number them on
         firsts: list[int | None] = [None] * len(self.refs)
         if self.split:
             firsts = [0, *accumulate(self.counts)][:len(self.counts)]
-        self.inputs = list(zip(self.refs, dec, firsts, strict=True))
+        self.inputs = zip(self.refs, dec, firsts, strict=True)
         self.decide_idx = idx
         self.held = Groups(task_rows(self.run.spec))
-        self.refs, self.counts, self.first_seqs = [], [], []
+        self.refs, self.counts, self.first_seqs, self.seqs = [], [], [], []
         self.split, self.on_cluster = False, 0
 
 

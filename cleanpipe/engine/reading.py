@@ -118,6 +118,10 @@ class PieceRead:
     def num_rows(self) -> int:
         return self.piece.lines
 
+    @property
+    def nbytes(self) -> int:
+        return self.piece.stored[0] if self.piece.stored is not None else len(self.piece.data)
+
     def read(self) -> list[Rows]:
         return [rows_of_chunk(c, self.base, self.id_field, self.fields)
                 for c in piece_chunks(self.shard, self.piece, self.opts)]

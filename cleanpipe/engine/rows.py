@@ -44,6 +44,11 @@ class Rows:
     def num_rows(self) -> int:
         return self.data.num_rows
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the rows' columns as they are now."""
+        return self.data.nbytes
+
     def split_off_columns(self) -> tuple[Rows, Rows]:
         """These rows as two parts: what the driver merges (ids, ``seq`` and what reading
         found; ``data`` and ``orig`` only count the rows, in one null column), and
