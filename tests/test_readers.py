@@ -82,6 +82,18 @@ def test_memory_inputs() -> None:
         assert read_table(src).column("n").to_pylist() == [1, 2, 3], type(src)
 
 
+def test_dataset_views_read_their_own_rows_in_their_order() -> None:
+    """A select, shuffle or filter of a datasets.Dataset is a view over the whole original
+    table: the input is the view's rows, in its order, and nothing else."""
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list(RECS)
+    assert read_table(ds.select([2, 0])).column("n").to_pylist() == [3, 1]
+    assert read_table(ds.filter(lambda r: r["n"] != 2)).column("n").to_pylist() == [1, 3]
+    shuffled = ds.shuffle(seed=3)
+    assert read_table(shuffled).column("n").to_pylist() == shuffled["n"]
+    assert read_table(ds.select([])).num_rows == 0
+
+
 def test_batch_size(tmp_path: Path) -> None:
     p = tmp_path / "x.jsonl"
     p.write_bytes(_jsonl(RECS * 3))

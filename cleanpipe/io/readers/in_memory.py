@@ -30,9 +30,10 @@ def _memory_table(obj: Any) -> Iterator[pa.Table]:
         return
     datasets = sys.modules.get("datasets")
     if datasets is not None and isinstance(obj, datasets.Dataset):
-        if obj._indices is not None:
-            obj = obj.flatten_indices()
-        yield obj.data.table
+        # through the dataset's own indexing, so a select/shuffle/filter view reads its own
+        # rows in its order (the backing table alone holds every row of the original);
+        # without such a view this is the backing table itself, not a copy
+        yield obj.with_format("arrow")[:]
         return
     if datasets is not None and isinstance(obj, datasets.IterableDataset):
         for b in obj.iter(batch_size=4096):
