@@ -364,3 +364,33 @@ def test_workers_keep_rows_between_dedup_stages_and_the_spill_serves_the_others(
     ref, spilled_ref = run([ExactDedup(), OddSeq(), MinHashDedup()], tmp_path / "ref")
     assert len(spilled_ref) > len(spilled)
     assert held == ref and held["totals"]["quarantined"] > 1000
+
+
+def test_held_rows_files_go_once_the_next_segment_has_read_them(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """A segment's held-rows files are deleted as soon as the next segment has read them,
+    not at the end of the run: with two dedups, the first one's files are gone when the
+    second one finalizes, and only then do the second one's exist."""
+    from cleanpipe.engine import local
+    from cleanpipe.io.readers import jsonl as jsonl_reader
+    from cleanpipe.stages.exact_dedup import ExactDedup
+    from cleanpipe.stages.minhash_dedup import MinHashDedup
+
+    monkeypatch.setattr(jsonl_reader, "PIECE_LINES", 256)
+    src = tmp_path / "in.jsonl"
+    _write_jsonl(src, [{"text": f"row {i % 300} " + "w " * (i % 5)} for i in range(2000)])
+    seen: list[list[str]] = []
+    real = local.LocalEngine.second_pass
+
+    def second_pass(self, idx, decisions):
+        seen.append(sorted(p.name.rsplit("-", 1)[0] for p in self.spill_dir.iterdir()
+                           if p.name.startswith("held-")))
+        real(self, idx, decisions)
+
+    monkeypatch.setattr(local.LocalEngine, "second_pass", second_pass)
+    rep = Pipeline(stages=[ExactDedup(), MinHashDedup()], fields=["text"],
+                   batch_size=128).run(src, tmp_path / "out", workers=2)
+    assert rep["totals"]["quarantined"] > 1000
+    assert len(seen) == 2
+    assert seen[0] and set(seen[0]) == {"held-0"}
+    assert seen[1] and set(seen[1]) == {"held-1"}
