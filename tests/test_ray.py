@@ -123,6 +123,14 @@ class ColumnsSeen(GlobalStage):
         return BatchResult(None, Findings(self.name))
 
 
+class ExactReadingBatch(ExactDedup):
+    """``exact_dedup`` whose ``observe`` asks for the batch: its rows come back to the
+    driver, which puts them in the object store for the next segment (``RayEngine.hold``)."""
+
+    def observe_reads_batch(self) -> bool:
+        return True
+
+
 @pytest.fixture(scope="module")
 def cluster():
     # workers import this module to unpickle the test stages
@@ -222,11 +230,14 @@ def test_dedup_without_rows_identical(cluster, tmp_path: Path) -> None:
     assert len(sections) == 2 and all(s["rows"] == 0 for s in sections)
 
 
+@pytest.mark.parametrize("cluster_grouping_bytes", [0, None], ids=["on-cluster", "on-driver"])
 def test_new_global_stage_runs_on_ray_unchanged_and_outputs_are_byte_identical(
-        cluster, tmp_path: Path) -> None:
+        cluster, tmp_path: Path, cluster_grouping_bytes: int | None) -> None:
     """A global stage the Ray engine knows nothing of (no distributed grouping) runs there
-    through the stage contract alone, between the two dedup groupings; the output folders
-    of both engines are the same bytes, file for file."""
+    through the stage contract alone, between the two dedup groupings (on the cluster, or
+    on the driver: then the tasks get it finalized, and the dedups as configured with
+    their decisions); the output folders of both engines are the same bytes, file for
+    file."""
     texts = ["short", "the longest row of this input", "mid size", "short", "",
              "another row <|endoftext|>", "the longest row of this input", "mid size!"]
     src = tmp_path / "in.jsonl"
@@ -236,7 +247,7 @@ def test_new_global_stage_runs_on_ray_unchanged_and_outputs_are_byte_identical(
         return Pipeline(stages=[StripEot(), ExactDedup(), DropLongest(),
                                 MinHashDedup(threshold=0.5, num_perm=64)], batch_size=3)
 
-    local = _same(make, src)
+    local = _same(make, src, cluster_grouping_bytes)
     assert ("in.jsonl:2", "_test_drop_longest", ("longest",)) in local["quarantine"]
     section = next(s["section"] for s in local["report"]["stages"]
                    if s["name"] == "_test_drop_longest")
@@ -552,3 +563,22 @@ def test_task_groups_close_on_rows_or_bytes() -> None:
     made = [[i for i, _ in g] for g in out if g is not None]
     assert made == [[0, 1, 2], [3], [4, 5, 6]]
     assert groups.flush() is None
+
+
+def test_rows_held_by_the_driver_get_their_decisions_too(cluster, tmp_path: Path,
+                                                         monkeypatch) -> None:
+    """Rows a dedup's ``observe`` read come back to the driver and go out again in task
+    groups of its own making; each group still gets its rows' decisions (here every chunk
+    is a group of its own), and the results are local's."""
+    monkeypatch.setattr(ray_engine, "TASK_BYTES", 1)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"row {i % 150} " + "w " * (i % 3)}) + "\n"
+                           for i in range(700)), encoding="utf-8")
+
+    def make() -> Pipeline:
+        return Pipeline(stages=[StripEot(), ExactReadingBatch(), DropLongest(),
+                                MinHashDedup(threshold=0.5)], batch_size=50)
+
+    local = _same(make, src, None)
+    assert {r for _, _, rs in local["quarantine"] for r in rs} >= {"exact_duplicate",
+                                                                   "longest"}

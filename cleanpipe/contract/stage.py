@@ -217,8 +217,9 @@ class GlobalStage(Stage):
         ``observe`` and ``finalize``, or ``None`` (the default).
 
         With ``None`` every engine calls ``observe`` and ``finalize`` in one process, in
-        row order, and ships the finalized stage to its workers for ``decide``: a new
-        global stage runs on every engine without more. A stage that names a grouping
+        row order, and has its workers ``decide`` with the finalized stage (or, where
+        :meth:`has_decisions_table`, with each batch's decisions): a new global stage runs
+        on every engine without more. A stage that names a grouping
         (``exact_dedup``: ``"content_hash"``; ``minhash_dedup``: ``"minhash_lsh"``)
         implements the three hooks below; an engine that has a grouping of that name (the
         Ray engine's ``cleanpipe.engine.ray_dedup.GROUPINGS``) builds it from the stage's

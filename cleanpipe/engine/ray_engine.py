@@ -95,8 +95,8 @@ def decisions_by_group(ray: Any, decisions: Blocks, first_seqs: list[int],
     partitions, group ``g`` reading partition ``partition_of(g)``."""
     dec = decisions.map_batches(group_of, fn_kwargs={"first_seqs": np.asarray(first_seqs)})
     by_part = co_group([("d", dec, "group")], _decisions_step, parts).to_arrow_refs()
-    if not by_part:  # no decision blocks at all
-        return [None] * len(first_seqs)
+    if not by_part:  # no decision blocks at all: every group decides on none
+        return [DECISIONS.empty_table()] * len(first_seqs)
     return [by_part[p] for p in partition_of(np.arange(len(first_seqs)), parts).tolist()]
 
 
@@ -112,9 +112,10 @@ class SegmentMapper:
     ``decide``, then one segment, on a :class:`~cleanpipe.engine.core.SegmentWorker` of its
     own.
 
-    Built once per process and segment with the stage list (global stages already
-    finalized where this segment needs their decisions), so ``setup()`` runs once per
-    process, as in the local engine's workers.
+    Built once per process and segment with the stage list (as configured, but for the
+    finalized global stages without a decisions table; a stage with one decides from the
+    decisions each task is given), so ``setup()`` runs once per process, as in the local
+    engine's workers.
     """
 
     def __init__(self, stages_blob: bytes, seg_i: int, decide_idx: int | None,
@@ -134,6 +135,8 @@ class SegmentMapper:
                 g = w.global_stage(self.decide_idx)
                 if decisions is not None and rows.num_rows:
                     g = g.with_decisions(_decisions_of(decisions, rows.seq))
+                elif g.has_decisions_table() and rows.num_rows:  # pragma: no cover - a bug
+                    raise RuntimeError(f"ray engine: no decisions for {g.name}'s rows")
                 decide = (self.decide_idx, g)
             out.append((i, w.run_decided(self.seg_i, rows, decide)))
         return out
@@ -148,7 +151,8 @@ def map_chunks(key: str, stages: list[Any], chunks: list[Any], decisions: pa.Tab
                first: int | None = None, split: bool = False, **kwargs: Any) -> Any:
     """Ray task: run ``chunks`` (``(chunk index, Rows)`` pairs; with ``first``, the rows a
     task of the previous segment left here, numbered from ``first``), decided by
-    ``decisions`` (a distributed grouping's, else ``None``), through the cached
+    ``decisions`` (of the previous global stage's rows in this task, where it has a
+    decisions table, else ``None``), through the cached
     :class:`SegmentMapper` of ``key``. ``stages`` is ``[ref]`` of the pickled stage list:
     nested, so Ray does not fetch it for every task, only a process that has no mapper for
     ``key`` yet does.
@@ -212,13 +216,14 @@ def _ensure_ray(address: str | None, workers: int | None) -> Any:
     return ray
 
 
-#: rows a task gets at least (fewer when the pipeline's batch_size is smaller): a task costs
+#: rows a task gets (fewer when the pipeline's batch_size is smaller, or TASK_BYTES is
+#: reached first: up to the chunk that reaches either): a task costs
 #: some 20 ms of CPU across the driver, the raylets and the worker (with 1,024 rows a task
 #: the t0 benchmark spent a third of its CPU on them); more rows per task would leave CPUs
 #: idle at each segment's end (a global stage waits for the segment's last task)
 TASK_ROWS = 4096
 
-#: bytes of input a task gets at most (but at least one chunk): a stage's work grows with
+#: bytes of input after which a task gets no more chunks: a stage's work grows with
 #: the text (shingles, hashes, tokens), so long-text rows in tasks of TASK_ROWS rows made
 #: tasks of three times the others' time, and the last of them a segment's idle tail
 TASK_BYTES = 4 << 20

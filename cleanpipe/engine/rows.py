@@ -46,7 +46,8 @@ class Rows:
 
     @property
     def nbytes(self) -> int:
-        """The bytes of the rows' columns as they are now."""
+        """About the bytes the rows carry: their columns as they are now (the rows as read,
+        kept for the quarantine, are not counted)."""
         return self.data.nbytes
 
     def split_off_columns(self) -> tuple[Rows, Rows]:

@@ -14,7 +14,7 @@ from cleanpipe.io.readers.chunks import Chunk, ReadOptions, table_chunks
 from cleanpipe.io.sources import InputError, Shard
 
 
-def _memory_table(obj: Any) -> Iterator[pa.Table]:
+def _memory_table(obj: Any, batch_rows: int) -> Iterator[pa.Table]:
     if isinstance(obj, pa.Table):
         yield obj
         return
@@ -31,9 +31,13 @@ def _memory_table(obj: Any) -> Iterator[pa.Table]:
     datasets = sys.modules.get("datasets")
     if datasets is not None and isinstance(obj, datasets.Dataset):
         # through the dataset's own indexing, so a select/shuffle/filter view reads its own
-        # rows in its order (the backing table alone holds every row of the original);
-        # without such a view this is the backing table itself, not a copy
-        yield obj.with_format("arrow")[:]
+        # rows in its order (the backing table holds every row of the original), a batch
+        # at a time: a view's rows are gathered one by one, and all at once a 1M-row view
+        # took 3 GB; without a view each batch is a slice of the backing table, not a copy
+        arrow = obj.with_format("arrow")
+        if len(arrow) == 0:
+            yield arrow[:]  # no rows, but the columns
+        yield from arrow.iter(batch_size=batch_rows)
         return
     if datasets is not None and isinstance(obj, datasets.IterableDataset):
         for b in obj.iter(batch_size=4096):
@@ -45,7 +49,7 @@ def _memory_table(obj: Any) -> Iterator[pa.Table]:
 
 def read_memory(shard: Shard, opts: ReadOptions) -> Iterator[Chunk]:
     start = 1
-    for table in _memory_table(shard.obj):
+    for table in _memory_table(shard.obj, opts.batch_size):
         numbers = np.arange(start, start + table.num_rows, dtype=np.int64)
         start += table.num_rows
         yield from table_chunks(table, numbers, shard, [], opts.batch_size, 0)
