@@ -394,3 +394,42 @@ def test_held_rows_files_go_once_the_next_segment_has_read_them(tmp_path: Path,
     assert len(seen) == 2
     assert seen[0] and set(seen[0]) == {"held-0"}
     assert seen[1] and set(seen[1]) == {"held-1"}
+
+
+def test_large_task_outputs_come_back_through_files_and_leave_none(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """With worker processes, a task output of megabytes (a last segment's rows, a dedup's
+    sketches) comes back through a mapped file of the spill folder
+    (engine.shipping), removed as soon as it is read; the run's output is that of one
+    process."""
+    from cleanpipe.engine import shipping
+    from cleanpipe.stages.exact_dedup import ExactDedup
+    from cleanpipe.stages.minhash_dedup import MinHashDedup
+
+    src = tmp_path / "in.jsonl"
+    _write_jsonl(src, [{"text": f"row {i % 3000} " + "long text " * 60}
+                       for i in range(12000)])
+    loaded: list[list[str]] = []
+    real = shipping.Shipped.load
+
+    def load(self):
+        out = real(self)
+        loaded.append(sorted(p.name for p in Path(self.path).parent.iterdir()
+                             if p.name.startswith("out-")))
+        return out
+
+    monkeypatch.setattr(shipping.Shipped, "load", load)
+
+    def run(workers: int, out: Path) -> tuple[dict, list]:
+        rep = Pipeline(stages=[ExactDedup(), MinHashDedup()], fields=["text"]).run(
+            src, out, workers=workers)
+        return rep["totals"], [pq.read_table(out / d).to_pylist()
+                               for d in ("data", "quarantine")]
+
+    two = run(2, tmp_path / "two")
+    assert len(loaded) >= 3  # pieces of 4,096 lines: each segment's outputs
+    # at most the outputs still in flight wait in the folder, never every one of the run
+    assert max(len(names) for names in loaded) <= 4
+    loaded.clear()
+    one = run(1, tmp_path / "one")
+    assert not loaded and one == two and two[0]["quarantined"] >= 9000

@@ -47,6 +47,7 @@ from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows
+from cleanpipe.engine.shipping import Shipped, ship
 from cleanpipe.memory import returning_pool, use_returning_pool
 from cleanpipe.spec import PipelineSpec, check_setting
 
@@ -85,18 +86,25 @@ class Task:
     worker held (:class:`HeldRows`). ``decide``: the previous global stage's index and these
     rows' decisions table, decided here first. ``hold_in``: the folder where the worker
     keeps the rows left (:mod:`cleanpipe.engine.held_rows`), returning only what the driver
-    merges and observes."""
+    merges and observes. ``ship_to``: the folder through which a large output goes back
+    (:mod:`cleanpipe.engine.shipping`), for a task run in a worker process."""
 
     seg_i: int
     item: Rows | ToRead | HeldRows
     decide: tuple[int, pa.Table] | None = None
     hold_in: str | None = None
+    ship_to: str | None = None
 
 
 TaskOutput = tuple[list[tuple[DecidedBatch | None, TaskResult]], HeldRows | None]
 
 
-def _segment_task(task: Task) -> TaskOutput:
+def _segment_task(task: Task) -> TaskOutput | Shipped:
+    out = _run_task(task)
+    return ship(out, task.ship_to) if task.ship_to is not None else out
+
+
+def _run_task(task: Task) -> TaskOutput:
     w = _worker
     assert w is not None
     items = task.item.load() if isinstance(task.item, HeldRows) else [task.item]
@@ -171,8 +179,11 @@ class LocalEngine:
         self.keep_in_workers = isinstance(g, GlobalStage) and not g.observe_reads_batch() \
             and g.has_decisions_table()
         hold_in = str(self.spill_dir) if self.keep_in_workers else None
-        tasks = (replace(t, seg_i=seg_i, hold_in=hold_in) for t in self.stream)
-        for pairs, held in self.pool.map(_segment_task, tasks):
+        ship_to = str(self.spill_dir) if self.pool.workers > 1 else None
+        tasks = (replace(t, seg_i=seg_i, hold_in=hold_in, ship_to=ship_to)
+                 for t in self.stream)
+        for out in self.pool.map(_segment_task, tasks):
+            pairs, held = out.load() if isinstance(out, Shipped) else out
             if held is not None:
                 self.held.append(held)
             for decided, res in pairs:
