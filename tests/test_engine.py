@@ -399,9 +399,8 @@ def test_held_rows_files_go_once_the_next_segment_has_read_them(tmp_path: Path,
 def test_large_task_outputs_come_back_through_files_and_leave_none(tmp_path: Path,
                                                                    monkeypatch) -> None:
     """With worker processes, a task output of megabytes (a last segment's rows, a dedup's
-    sketches) comes back through a mapped file of the spill folder
-    (engine.shipping), removed as soon as it is read; the run's output is that of one
-    process."""
+    sketches) comes back through a file of the spill folder (engine.shipping), removed as
+    soon as it is read; the run's output is that of one process."""
     from cleanpipe.engine import shipping
     from cleanpipe.stages.exact_dedup import ExactDedup
     from cleanpipe.stages.minhash_dedup import MinHashDedup

@@ -8,8 +8,8 @@ pickling results and the driver's result thread ~2 CPU-s reading them, more than
 stages' own work. :func:`ship` pickles the output with its buffers out of band (pickle
 protocol 5: numpy arrays and Arrow buffers are not copied into the pickle), writes the
 buffers to a file in the run's spill folder, and sends the small rest; :meth:`Shipped.load`
-maps the file (copy-on-write, so what the driver gets is writable as before) and
-rebuilds the output on the mapped buffers, and removes the file.
+reads the file in one piece, rebuilds the output on it (no copy more: the arrays are
+views of what was read, writable as before) and removes the file.
 
     >>> import tempfile
     >>> import numpy as np
@@ -21,7 +21,6 @@ rebuilds the output on the mapped buffers, and removes the file.
 
 from __future__ import annotations
 
-import mmap
 import os
 import pickle
 import tempfile
@@ -46,10 +45,16 @@ class Shipped:
     sizes: list[int]
 
     def load(self) -> Any:
+        # read in one piece, not mapped: a dedup stage keeps every batch's sketches until
+        # it finalizes, and a mapping each would run into the kernel's limit on a big input
+        size = self.offsets[-1] + self.sizes[-1] if self.sizes else 0
+        whole = bytearray(size)
         with open(self.path, "rb") as fh:
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-        os.unlink(self.path)  # the mapping keeps the pages while the output lives
-        view = memoryview(mapped)
+            got = fh.readinto(whole)
+        os.unlink(self.path)
+        if got != size:  # pragma: no cover - the run's own file, cut short
+            raise OSError(f"{self.path}: {got} of {size} bytes")
+        view = memoryview(whole)
         buffers = [view[o:o + n] for o, n in zip(self.offsets, self.sizes, strict=True)]
         return pickle.loads(self.data, buffers=buffers)
 
