@@ -8,8 +8,8 @@ pickling results and the driver's result thread ~2 CPU-s reading them, more than
 stages' own work. :func:`ship` pickles the output with its buffers out of band (pickle
 protocol 5: numpy arrays and Arrow buffers are not copied into the pickle), writes the
 buffers to a file in the run's spill folder, and sends the small rest; :meth:`Shipped.load`
-reads the file in one piece, rebuilds the output on it (no copy more: the arrays are
-views of what was read, writable as before) and removes the file.
+reads each buffer back, rebuilds the output on them (no copy more: the arrays are views
+of what was read, writable as before) and removes the file.
 
     >>> import tempfile
     >>> import numpy as np
@@ -45,17 +45,19 @@ class Shipped:
     sizes: list[int]
 
     def load(self) -> Any:
-        # read in one piece, not mapped: a dedup stage keeps every batch's sketches until
-        # it finalizes, and a mapping each would run into the kernel's limit on a big input
-        size = self.offsets[-1] + self.sizes[-1] if self.sizes else 0
-        whole = bytearray(size)
+        # each buffer read into memory of its own, as unpickling would give it: what the
+        # driver keeps of an output (a dedup stage keeps every batch's sketches until it
+        # finalizes) does not hold the rest; and not mapped, which would take one mapping
+        # per batch kept, up to the kernel's limit on a big input
+        buffers = []
         with open(self.path, "rb") as fh:
-            got = fh.readinto(whole)
+            for offset, size in zip(self.offsets, self.sizes, strict=True):
+                buf = bytearray(size)
+                fh.seek(offset)
+                if fh.readinto(buf) != size:  # pragma: no cover - the run's own file, cut short
+                    raise OSError(f"{self.path}: short read at {offset}")
+                buffers.append(buf)
         os.unlink(self.path)
-        if got != size:  # pragma: no cover - the run's own file, cut short
-            raise OSError(f"{self.path}: {got} of {size} bytes")
-        view = memoryview(whole)
-        buffers = [view[o:o + n] for o, n in zip(self.offsets, self.sizes, strict=True)]
         return pickle.loads(self.data, buffers=buffers)
 
 
