@@ -287,7 +287,6 @@ class RayEngine:
         self.held = Groups(task_rows(run.spec))
         self.refs: list[Any] = []  # the held groups
         self.counts: list[int] = []  # the batches of each group left on the cluster
-        self.first_seqs: list[int] = []  # the first seq of each held group
         self.seqs: list[np.ndarray] = []  # the seq of each held group's rows
         #: the stages as configured, before any pass: a stage with a decisions table is
         #: shipped so, with each task's decisions, not finalized (its per-row state can
@@ -357,7 +356,6 @@ class RayEngine:
         if rows:
             self.refs.append(rows_ref)
             self.counts.append(len(rows))
-            self.first_seqs.append(int(rows[0].seq[0]))
             self.seqs.append(np.concatenate([r.seq for r in rows]))
         return out
 
@@ -369,8 +367,6 @@ class RayEngine:
         if self.split:  # its columns are on the cluster already (_fetched)
             self.on_cluster += 1
             return
-        if not self.held.items:
-            self.first_seqs.append(int(rows.seq[0]))
         group = self.held.add(rows)
         if group is not None:
             self._put_group(group)
@@ -386,7 +382,8 @@ class RayEngine:
         assert isinstance(g, GlobalStage)
         dec: Iterable[Any] = [None] * len(self.refs)
         if decisions is not None and self.refs:
-            dec = decisions_by_group(self.ray, decisions, self.first_seqs, self.parts)
+            first_seqs = [int(s[0]) for s in self.seqs]
+            dec = decisions_by_group(self.ray, decisions, first_seqs, self.parts)
         elif g.has_decisions_table():
             # each task's decisions, computed as it is submitted
             dec = map(g.decisions_for, self.seqs)
@@ -397,7 +394,7 @@ class RayEngine:
         self.inputs = zip(self.refs, dec, firsts, strict=True)
         self.decide_idx = idx
         self.held = Groups(task_rows(self.run.spec))
-        self.refs, self.counts, self.first_seqs, self.seqs = [], [], [], []
+        self.refs, self.counts, self.seqs = [], [], []
         self.split, self.on_cluster = False, 0
 
 

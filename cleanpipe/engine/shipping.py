@@ -15,8 +15,11 @@ of what was read, writable as before) and removes the file.
     >>> import numpy as np
     >>> folder = tempfile.mkdtemp()
     >>> out = ship({"a": np.arange(4096)}, folder, at_least=1)
-    >>> type(out).__name__, int(out.load()["a"].sum())
-    ('Shipped', 8386560)
+    >>> out.path is not None, int(out.load()["a"].sum())
+    (True, 8386560)
+    >>> small = ship({"a": np.arange(4)}, folder)
+    >>> small.path is None, small.load()["a"].tolist()
+    (True, [0, 1, 2, 3])
 """
 
 from __future__ import annotations
@@ -27,59 +30,51 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-#: outputs whose buffers total less than this go through the pipe as they are
+#: outputs whose buffers total less than this keep them in the pipe's message
 SHIP_BYTES = 1 << 20
-
-#: each buffer starts at a multiple of this in the file, so an array read from it is aligned
-ALIGN = 64
 
 
 @dataclass
 class Shipped:
-    """An output pickled without its buffers (``data``), the buffers at ``offsets`` in
-    ``path`` (``sizes`` bytes each)."""
+    """An output pickled without its buffers (``data``): the buffers, ``sizes`` bytes each,
+    follow one another in the file ``path``, or travel along in ``inline`` (a small
+    output: one pickling either way, the buffers copied as they are)."""
 
     data: bytes
-    path: str
-    offsets: list[int]
     sizes: list[int]
+    path: str | None = None
+    inline: list[bytearray] | None = None
 
     def load(self) -> Any:
+        if self.inline is not None:
+            return pickle.loads(self.data, buffers=self.inline)
+        assert self.path is not None
         # each buffer read into memory of its own, as unpickling would give it: what the
         # driver keeps of an output (a dedup stage keeps every batch's sketches until it
         # finalizes) does not hold the rest; and not mapped, which would take one mapping
         # per batch kept, up to the kernel's limit on a big input
         buffers = []
         with open(self.path, "rb") as fh:
-            for offset, size in zip(self.offsets, self.sizes, strict=True):
+            for size in self.sizes:
                 buf = bytearray(size)
-                fh.seek(offset)
                 if fh.readinto(buf) != size:  # pragma: no cover - the run's own file, cut short
-                    raise OSError(f"{self.path}: short read at {offset}")
+                    raise OSError(f"{self.path}: cut short")
                 buffers.append(buf)
         os.unlink(self.path)
         return pickle.loads(self.data, buffers=buffers)
 
 
-def ship(output: Any, folder: str, at_least: int | None = None) -> Any:
-    """``output`` as a :class:`Shipped` in ``folder`` when its buffers total ``at_least``
-    bytes (default :data:`SHIP_BYTES`), else ``output`` itself."""
+def ship(output: Any, folder: str, at_least: int | None = None) -> Shipped:
+    """``output`` pickled once, its buffers out of band: in a file of ``folder`` when they
+    total ``at_least`` bytes (default :data:`SHIP_BYTES`), else along with it."""
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(output, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
-    if sum(r.nbytes for r in raws) < (SHIP_BYTES if at_least is None else at_least):
-        return output
+    sizes = [r.nbytes for r in raws]
+    if sum(sizes) < (SHIP_BYTES if at_least is None else at_least):
+        return Shipped(data, sizes, inline=[bytearray(r) for r in raws])  # writable, as before
     fd, path = tempfile.mkstemp(prefix="out-", dir=folder)
-    offsets, sizes = [], []
     with os.fdopen(fd, "wb") as fh:
-        pos = 0
         for r in raws:
-            pad = -pos % ALIGN
-            if pad:
-                fh.write(b"\0" * pad)
-                pos += pad
             fh.write(r)
-            offsets.append(pos)
-            sizes.append(r.nbytes)
-            pos += r.nbytes
-    return Shipped(data, path, offsets, sizes)
+    return Shipped(data, sizes, path=path)
