@@ -71,6 +71,10 @@ def is_local(fs: pafs.FileSystem | None) -> bool:
     return fs is None or isinstance(fs, pafs.LocalFileSystem)
 
 
+#: an HTTP 403 status in an error line, not a number that merely contains 403 (a port)
+_HTTP_403 = re.compile(r"(?<![\d.:])403(?!\d)")
+
+
 def reason(exc: BaseException) -> str:
     """One short line out of a pyarrow/AWS/GCS error, with a hint when the cause is known.
 
@@ -78,6 +82,12 @@ def reason(exc: BaseException) -> str:
     ...     "NO_SUCH_BUCKET during ListObjectsV2 operation: The specified bucket does not "
     ...     "exist (Request ID: 123)"))
     'the bucket does not exist (NO_SUCH_BUCKET)'
+    >>> reason(OSError("When listing objects under key 'x' in bucket 'b': AWS Error "
+    ...     "NETWORK_CONNECTION during ListObjectsV2 operation: curlCode: 7, Could not "
+    ...     "connect to server; endpoint 127.0.0.1:40312"))
+    'cannot reach the storage endpoint (network, or a wrong endpoint_override)'
+    >>> reason(RuntimeError("HTTP 403 Forbidden")).startswith("access denied")
+    True
     """
     if isinstance(exc, OSError) and exc.strerror and not str(exc).count("Detail"):
         return exc.strerror
@@ -89,14 +99,15 @@ def reason(exc: BaseException) -> str:
     upper = first.upper()
     if code == "NO_SUCH_BUCKET" or "NOSUCHBUCKET" in upper or "BUCKET DOES NOT EXIST" in upper:
         return f"the bucket does not exist ({code or 'NoSuchBucket'})"
+    # a connection failure first: its message names the endpoint, whose port may read 403
+    if code == "NETWORK_CONNECTION" or "COULD NOT CONNECT" in upper or "CURLCODE" in upper:
+        return "cannot reach the storage endpoint (network, or a wrong endpoint_override)"
     if code in ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH",
                 "UNRECOGNIZED_CLIENT", "MISSING_AUTHENTICATION_TOKEN", "EXPIRED_TOKEN"
-                ) or "CREDENTIAL" in upper or "PERMISSION" in upper or "403" in first:
+                ) or "CREDENTIAL" in upper or "PERMISSION" in upper or _HTTP_403.search(first):
         return (f"access denied ({code or first[:120]}): check the credentials (AWS_PROFILE or"
                 " AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, an instance role;"
                 " GOOGLE_APPLICATION_CREDENTIALS for gs://) and their permissions")
-    if code == "NETWORK_CONNECTION" or "COULD NOT CONNECT" in upper or "CURLCODE" in upper:
-        return "cannot reach the storage endpoint (network, or a wrong endpoint_override)"
     if isinstance(exc, FileNotFoundError) or "NOT FOUND" in upper or "NO SUCH" in upper:
         return "no such file or directory"
     if aws:
