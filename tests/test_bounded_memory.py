@@ -22,6 +22,7 @@ from cleanpipe.dedup import cluster
 from cleanpipe.dedup.rows import RowBook
 from cleanpipe.io.row_bytes import row_bytes
 from cleanpipe.io.writers import FixedGroupWriter, PartWriter, RowGroups
+from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import MinHashDedup, _gather
 
 
@@ -173,6 +174,27 @@ def test_minhash_finalize_releases_the_batches_index() -> None:
     # nothing of the batches' keys or shingle sets outlives finalize (a view such as
     # keys[:0] would keep each whole batch alive)
     assert all(r() is None for r in arrays)
+
+
+@pytest.mark.parametrize("stage_cls", [MinHashDedup, ExactDedup])
+def test_dedup_keeps_no_row_texts_in_memory_between_observe_and_finalize(stage_cls) -> None:
+    """The report texts of observed rows live in the row book's file: a stage that also
+    kept its prepared batches' texts held 54 MB of t0 to the end of its finalize."""
+    rng = random.Random(2)
+    stage = stage_cls(fields=["text"])
+    before = pa.total_allocated_bytes()
+    texts = 0
+    for s in range(0, 400, 100):
+        b = pa.record_batch({"text": [" ".join(f"w{rng.randrange(10**6)}" for _ in range(1200))
+                                      for _ in range(100)]})
+        texts += b.nbytes
+        ctx = BatchContext(b, ["text"], row_ids=pa.array([f"r{i}" for i in range(s, s + 100)]))
+        stage.observe(stage.prepare(b, ctx), np.arange(s, s + 100), b, ctx)
+        del b, ctx
+    held = pa.total_allocated_bytes() - before
+    assert texts > 3 << 20 and held < texts / 20, (held, texts)
+    stage.finalize()
+    assert stage.report_section()["rows"] == 400
 
 
 def test_minhash_decisions_unchanged_through_pickle() -> None:
