@@ -182,7 +182,11 @@ def test_a_lock_file_name_taken_by_someone_else_is_left_alone(setup, tmp_path, c
 def test_workers_die_with_the_main_process(setup, tmp_path, sig, start):
     data, pipe = setup
     out = tmp_path / "out"
-    env = {"CLEANPIPE_WORKER_START": start} if start == "forkserver" else {}
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
+    if start == "forkserver":
+        env["CLEANPIPE_WORKER_START"] = start
     proc = start_cli(["run", str(pipe), "-i", str(data), "-o", str(out), "-q", "-j", "2"],
                      pause_at="midrun", pause_dir=tmp_path, env=env)
     pid = wait_paused(proc, tmp_path, "midrun")
@@ -191,6 +195,8 @@ def test_workers_die_with_the_main_process(setup, tmp_path, sig, start):
     assert left == [], f"left running after {sig.name}: {left}"
     assert rc == {signal.SIGKILL: -9, signal.SIGTERM: 143, signal.SIGINT: 130}[sig], err
     assert not out.exists()
+    # the fork server's warm-up bytes: read once when it started, and deleted then
+    assert not list(tmp.glob("cleanpipe-warm-*"))
     if sig != signal.SIGKILL:  # handled: the temporary folder and the lock are gone
         assert hidden_siblings(out) == []
         assert err.strip() == ("cleanpipe: terminated (SIGTERM)" if sig == signal.SIGTERM

@@ -21,6 +21,7 @@ from writing into every inherited object's header, which would copy the shared p
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import os
@@ -50,6 +51,12 @@ def _warm_from_env() -> None:
     try:
         with open(path, "rb") as fh:
             frozen = fh.read()
+    except OSError:
+        return
+    # read once, here: gone now, it cannot outlive a run killed before its pool closes
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    try:
         initializer, initargs, warm = pickle.loads(frozen)
         if initializer is not None:
             initializer(*initargs)

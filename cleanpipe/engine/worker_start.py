@@ -77,7 +77,8 @@ class WorkerStart:
     """How a pool starts its workers, and what to undo when the pool is done."""
 
     context: BaseContext
-    #: the warm-up bytes handed to the fork server (deleted when the pool is done)
+    #: the warm-up bytes handed to the fork server (which deletes them once read; the
+    #: pool deletes them when done, should the server not have started)
     warm_file: Path | None = None
     #: the fork server was started for this pool: stop it when the pool is done, so it
     #: does not keep the stages' resources (hundreds of MB) alive after the run
