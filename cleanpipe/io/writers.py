@@ -46,8 +46,11 @@ from cleanpipe.io.schemas import cast_batch, unify_schemas
 
 #: a Parquet row group closes at this many rows ...
 GROUP_ROWS = 65_536
-#: ... or once its rows hold this many bytes (:func:`cleanpipe.io.row_bytes.row_bytes`)
-GROUP_BYTES = 32 << 20
+#: ... or once its rows hold this many bytes (:func:`cleanpipe.io.row_bytes.row_bytes`).
+#: Writing a group holds about twice this (its rows, then their copy in one chunk, and the
+#: encoded pages), for each open writer (data, quarantine, events): at 32 MB the t0 run's
+#: main process held ~25 MB more through its last pass, and peaked there
+GROUP_BYTES = 16 << 20
 
 
 class RowGroups:
@@ -91,7 +94,7 @@ class RowGroups:
         in one chunk: Parquet pages follow chunks, and chunks follow batches.
 
         The batches a group is copied from are let go before it is yielded (all but one the
-        rest is still in), so writing a group (up to 32 MB of rows, and its encoded pages)
+        rest is still in), so writing a group (up to 16 MB of rows, and its encoded pages)
         does not also hold the batches it was copied from.
         """
         while self.rows:
