@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from cleanpipe.fault_points import pause_point
 from cleanpipe.io.errors import OutputError
+from cleanpipe.io.features_yaml import features_yaml
 from cleanpipe.io.output_guard import (
     MANIFEST,
     check_replaceable,
@@ -300,6 +301,9 @@ def dataset_card(data_glob: str, quarantine_glob: str, data_schema: pa.Schema | 
 def _features_yaml(schema: pa.Schema | None) -> list[dict[str, Any]] | None:
     if schema is None or not len(schema):
         return None
+    features = features_yaml(schema)  # without importing datasets, where it can
+    if features is not None:
+        return features
     try:
         import datasets
 
