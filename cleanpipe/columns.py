@@ -28,3 +28,12 @@ def typed_nulls(col: pa.Array, value_type: pa.DataType, lists: bool = False) -> 
     if pa.types.is_large_list(col.type) and pa.types.is_null(col.type.value_type):
         return col.cast(pa.large_list(value_type))
     return col
+
+
+def is_utf8(t: pa.DataType) -> bool:
+    """Whether ``t`` is an Arrow string type with offsets (``string`` or ``large_string``).
+
+        >>> is_utf8(pa.large_string()), is_utf8(pa.binary()), is_utf8(pa.string_view())
+        (True, False, False)
+    """
+    return pa.types.is_string(t) or pa.types.is_large_string(t)

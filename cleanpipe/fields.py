@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.errors import CleanpipeError
 
 _STEP = re.compile(r"^([^.\[\]]+)((?:\[\*\])*)$")
@@ -67,7 +68,7 @@ def _is_list(t: pa.DataType) -> bool:
 
 
 def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+    return is_utf8(t) or pa.types.is_string_view(t)
 
 
 def _describe_struct(t: pa.DataType) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.commands._data import add_sample_command
 from cleanpipe.errors import ExitCode
 
@@ -81,7 +82,7 @@ def _group_codes(table: pa.Table, column: str) -> tuple[np.ndarray, list[str]]:
     if column not in table.column_names:
         raise KeyError(column)
     col = table.column(column)
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+    if not (is_utf8(col.type)):
         col = pc.cast(col, pa.string()) if not pa.types.is_nested(col.type) else pa.chunked_array(
             [pa.array([str(v) for v in col.to_pylist()], pa.string())])
     # nulls are a stratum of their own (labelled "null") rather than silently dropped

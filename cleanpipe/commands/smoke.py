@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.commands._data import add_sample_command
 from cleanpipe.contract.stage import StageError
 from cleanpipe.errors import ExitCode
@@ -105,7 +106,7 @@ def build_sequences(prompt_ids: list[list[int]], response_ids: list[list[int]], 
 
 def _text(table: pa.Table, name: str) -> pa.Array:
     col = pc.fill_null(table.column(name).combine_chunks(), "")
-    if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+    if not is_utf8(col.type):
         col = pc.cast(col, pa.string())
     return col
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.fields import FieldError, parse_selector, selector_root
 from cleanpipe.io.sources import InputError
 
@@ -66,7 +67,7 @@ def _lossy(old: pa.DataType, new: pa.DataType) -> bool:
     if pa.types.is_integer(old) and not pa.types.is_integer(new):
         return True
     if (pa.types.is_floating(old) or pa.types.is_boolean(old)) and (
-            pa.types.is_string(new) or pa.types.is_large_string(new)):
+            is_utf8(new)):
         return True
     if pa.types.is_struct(old) and pa.types.is_struct(new):
         for f in old:

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 from ftfy.fixes import fix_surrogates
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.contract.stage import Action, ExampleCount, Findings, TextResult, TextStage
 from cleanpipe.text.arrays import put, regex_mask
 from cleanpipe.text.byte_scan import ByteScan
@@ -127,7 +128,7 @@ class ControlChars(TextStage):
         scan = _scan(tuple(groups))
         surrogate_bit = np.uint32(1 << len(rules))
         bits = scan(texts)
-        if pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type):
+        if is_utf8(texts.type):
             fixed, hit = _fix_surrogate_bytes(texts, np.flatnonzero(bits & surrogate_bit))
             if hit.size:
                 found.add(hit, "lone_surrogate", self.action_of("lone_surrogate"),

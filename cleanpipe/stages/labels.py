@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
-from cleanpipe.columns import typed_nulls
+from cleanpipe.columns import is_utf8, typed_nulls
 from cleanpipe.contract import published as pub
 from cleanpipe.contract.batch_context import BatchContext
 from cleanpipe.contract.findings import Action, BatchResult, Findings
@@ -127,7 +127,7 @@ class LabelCheck(BatchStage):
             owner = pc.list_parent_indices(col).to_numpy(zero_copy_only=False)
         else:
             values, owner = col, np.arange(batch.num_rows)
-        data_str = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+        data_str = is_utf8(values.type)
         data_int = pa.types.is_integer(values.type)
         mismatch = (data_int and vocab_str) or (data_str and not vocab_str)
         if mismatch:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import field_validator
 
-from cleanpipe.columns import typed_nulls
+from cleanpipe.columns import is_utf8, typed_nulls
 from cleanpipe.contract.stage import Action, BatchContext, BatchResult, BatchStage, Findings
 
 #: what Arrow's string-to-float cast reads: decimal and exponent forms, nan, inf, infinity
@@ -62,7 +62,7 @@ class NumericCheck(BatchStage):
                 continue
             col = typed_nulls(batch.column(idx), pa.float64())
             text = np.zeros(batch.num_rows, dtype=bool)
-            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            if is_utf8(col.type):
                 is_num = pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)
                 text = pc.and_(pc.is_valid(col), pc.invert(is_num)).to_numpy(
                     zero_copy_only=False)

@@ -15,11 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.contract.stage import Action, BatchContext, BatchResult, BatchStage, Findings
 from cleanpipe.templating.chat import KNOWN_ROLES, SHAREGPT_ROLES
 
 _TYPES = {
-    "string": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "string": is_utf8,
     "int": pa.types.is_integer,
     "float": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
     "bool": pa.types.is_boolean,

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.templating.chat import ChatTemplate, TemplateError, parse_tools, to_messages
 
 #: Stanford Alpaca's prompt format (with and without an input), response appended.
@@ -66,7 +67,7 @@ def _column_text(batch: pa.RecordBatch, name: str) -> pa.Array:
     if idx < 0:
         raise KeyError(f"no column {name!r}; columns: {', '.join(batch.schema.names)}")
     col = batch.column(idx)
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+    if not (is_utf8(col.type)):
         col = pc.cast(col, pa.large_string())
     return pc.fill_null(col.cast(pa.large_string()), "")
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.io.readers.chunks import BadRecord, Chunk, Notes, ReadOptions, table_chunks
 from cleanpipe.io.readers.decoding import decode_to_utf8
 from cleanpipe.io.readers.opening import open_bytes
@@ -62,7 +63,7 @@ def _csv_mend(table: pa.Table, numbers: np.ndarray, guess: bool, notes: Notes) -
     """``table`` with the invalid bytes of its cells read by :func:`mend`, each noted."""
     cols = []
     for col in table.columns:
-        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        if not (is_utf8(col.type)):
             cols.append(col)
             continue
         hit = _marked(col)
@@ -91,7 +92,7 @@ def _csv_quarantine(shard: Shard, table: pa.Table, numbers: np.ndarray,
     """Move the records holding a marked (invalid) byte to bad records."""
     hit = np.zeros(table.num_rows, dtype=bool)
     for col in table.columns:
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        if is_utf8(col.type):
             hit |= _marked(col)
     bad = []
     for k, r in enumerate(np.flatnonzero(hit).tolist()):
