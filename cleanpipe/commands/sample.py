@@ -82,7 +82,7 @@ def _group_codes(table: pa.Table, column: str) -> tuple[np.ndarray, list[str]]:
     if column not in table.column_names:
         raise KeyError(column)
     col = table.column(column)
-    if not (is_utf8(col.type)):
+    if not is_utf8(col.type):
         col = pc.cast(col, pa.string()) if not pa.types.is_nested(col.type) else pa.chunked_array(
             [pa.array([str(v) for v in col.to_pylist()], pa.string())])
     # nulls are a stratum of their own (labelled "null") rather than silently dropped

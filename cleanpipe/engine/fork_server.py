@@ -53,7 +53,8 @@ def _warm_from_env() -> None:
             frozen = fh.read()
     except OSError:
         return
-    # read once, here: gone now, it cannot outlive a run killed before its pool closes
+    # read once, here: gone now, a run killed before its pool closes cannot leave it behind
+    # (only one killed before its server started)
     with contextlib.suppress(OSError):
         os.unlink(path)
     try:

@@ -47,7 +47,11 @@ _VALUES = {
 
 
 def installed_datasets_version() -> str | None:
-    """The installed ``datasets``' version, read from its metadata (no import)."""
+    """The installed ``datasets``' version, read from its metadata (no import).
+
+        >>> installed_datasets_version().split(".")[0].isdigit()
+        True
+    """
     try:
         return metadata.version("datasets")
     except metadata.PackageNotFoundError:
@@ -58,7 +62,13 @@ def features_yaml(schema: pa.Schema, datasets_version: str | None = None
                   ) -> list[dict[str, Any]] | None:
     """The card's ``features`` for ``schema`` as ``datasets`` (of ``datasets_version``,
     default the installed one) would write them, or ``None`` where this module cannot
-    vouch for that (see the module docstring)."""
+    vouch for that (see the module docstring).
+
+        >>> features_yaml(pa.schema([("t", pa.timestamp("ms", tz="UTC"))]), "4.0.0")
+        [{'name': 't', 'dtype': 'timestamp[ms, tz=UTC]'}]
+        >>> features_yaml(pa.schema([("p", pa.decimal128(5, 2))]), "4.0.0") is None
+        True
+    """
     version = datasets_version or installed_datasets_version()
     try:
         major = int((version or "").split(".")[0])
@@ -68,23 +78,28 @@ def features_yaml(schema: pa.Schema, datasets_version: str | None = None
         return None
     if schema.metadata and b"huggingface" in schema.metadata:
         return None
+    return _fields(list(schema))
+
+
+def _fields(fields: list[pa.Field]) -> list[dict[str, Any]] | None:
+    # datasets keeps the last of two fields with one name (it builds a dict): left to it
+    if len({f.name for f in fields}) != len(fields):
+        return None
     out = []
-    for field in schema:
-        feature = _feature(field.type)
+    for f in fields:
+        feature = _feature(f.type)
         if feature is None:
             return None
-        out.append({"name": field.name, **feature})
+        out.append({"name": f.name, **feature})
     return out
 
 
 def _feature(t: pa.DataType) -> dict[str, Any] | None:
+    if isinstance(t, pa.BaseExtensionType):
+        return None  # datasets has features for some; and a Python one may not hash
     if pat.is_struct(t):
-        fields = [t.field(i) for i in range(t.num_fields)]
-        children = [_feature(f.type) for f in fields]
-        if any(c is None for c in children):
-            return None
-        return {"struct": [{"name": f.name, **c} for f, c in zip(fields, children, strict=True)
-                           if c is not None]}
+        children = _fields([t.field(i) for i in range(t.num_fields)])
+        return None if children is None else {"struct": children}
     if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
         inner = _feature(t.value_type)
         if inner is None:

@@ -71,8 +71,13 @@ def is_local(fs: pafs.FileSystem | None) -> bool:
     return fs is None or isinstance(fs, pafs.LocalFileSystem)
 
 
-#: an HTTP 403 status in an error line, not a number that merely contains 403 (a port)
-_HTTP_403 = re.compile(r"(?<![\d.:])403(?!\d)")
+#: what an error line names rather than says (quoted bucket and key names, an endpoint's
+#: host:port): a key "shard-403.parquet" or a port 40312 is no HTTP 403
+_NAMES = re.compile(r"'[^']*'|\"[^\"]*\""
+                    r"|(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[\w-]+(?:\.[\w-]+)+):\d+")
+_HTTP_403 = re.compile(r"(?<!\d)403(?!\d)")
+_AUTH_CODES = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH",
+               "UNRECOGNIZED_CLIENT", "MISSING_AUTHENTICATION_TOKEN", "EXPIRED_TOKEN")
 
 
 def reason(exc: BaseException) -> str:
@@ -86,8 +91,10 @@ def reason(exc: BaseException) -> str:
     ...     "NETWORK_CONNECTION during ListObjectsV2 operation: curlCode: 7, Could not "
     ...     "connect to server; endpoint 127.0.0.1:40312"))
     'cannot reach the storage endpoint (network, or a wrong endpoint_override)'
-    >>> reason(RuntimeError("HTTP 403 Forbidden")).startswith("access denied")
-    True
+    >>> [reason(RuntimeError(m)).split(" (")[0] for m in ("HTTP 403 Forbidden",
+    ...  "HTTP status code:403", "AWS Error ACCESS_DENIED during GetObject operation: curlCode: 0",
+    ...  "When reading 'data/shard-403.parquet' in bucket 'logs403': HTTP 404 Not Found")]
+    ['access denied', 'access denied', 'access denied', 'no such file or directory']
     """
     if isinstance(exc, OSError) and exc.strerror and not str(exc).count("Detail"):
         return exc.strerror
@@ -96,18 +103,19 @@ def reason(exc: BaseException) -> str:
     first = re.sub(r"\s*\(Request ID: [^)]*\)", "", first)
     aws = re.search(r"AWS Error (\w+) during \w+ operation: ?(.*)", first)
     code = aws.group(1) if aws else ""
-    upper = first.upper()
+    said = _NAMES.sub(" ", first)
+    upper = said.upper()
+    denied = (f"access denied ({code or first[:120]}): check the credentials (AWS_PROFILE or"
+              " AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, an instance role;"
+              " GOOGLE_APPLICATION_CREDENTIALS for gs://) and their permissions")
     if code == "NO_SUCH_BUCKET" or "NOSUCHBUCKET" in upper or "BUCKET DOES NOT EXIST" in upper:
         return f"the bucket does not exist ({code or 'NoSuchBucket'})"
-    # a connection failure first: its message names the endpoint, whose port may read 403
+    if code in _AUTH_CODES:
+        return denied
     if code == "NETWORK_CONNECTION" or "COULD NOT CONNECT" in upper or "CURLCODE" in upper:
         return "cannot reach the storage endpoint (network, or a wrong endpoint_override)"
-    if code in ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH",
-                "UNRECOGNIZED_CLIENT", "MISSING_AUTHENTICATION_TOKEN", "EXPIRED_TOKEN"
-                ) or "CREDENTIAL" in upper or "PERMISSION" in upper or _HTTP_403.search(first):
-        return (f"access denied ({code or first[:120]}): check the credentials (AWS_PROFILE or"
-                " AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, an instance role;"
-                " GOOGLE_APPLICATION_CREDENTIALS for gs://) and their permissions")
+    if "CREDENTIAL" in upper or "PERMISSION" in upper or _HTTP_403.search(said):
+        return denied
     if isinstance(exc, FileNotFoundError) or "NOT FOUND" in upper or "NO SUCH" in upper:
         return "no such file or directory"
     if aws:

@@ -301,10 +301,10 @@ def dataset_card(data_glob: str, quarantine_glob: str, data_schema: pa.Schema | 
 def _features_yaml(schema: pa.Schema | None) -> list[dict[str, Any]] | None:
     if schema is None or not len(schema):
         return None
-    features = features_yaml(schema)  # without importing datasets, where it can
-    if features is not None:
-        return features
     try:
+        features = features_yaml(schema)  # without importing datasets, where it can
+        if features is not None:
+            return features
         import datasets
 
         return datasets.Features.from_arrow_schema(schema)._to_yaml_list()

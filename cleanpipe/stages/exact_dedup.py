@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
+from cleanpipe.columns import is_utf8
 from cleanpipe.contract.decided import DecidedFromTable
 from cleanpipe.contract.decisions import DECISIONS, decisions_table, reference_name
 from cleanpipe.contract.stage import Action, BatchContext, GlobalStage, StageError
@@ -345,8 +346,7 @@ def label_texts(batch: pa.RecordBatch, field: str) -> pa.Array:
         raise StageError(f"exact_dedup: label_field {field!r} is not a column (columns: "
                          f"{', '.join(batch.schema.names)})")
     col = batch.column(field)
-    if pa.types.is_integer(col.type) or pa.types.is_string(col.type) or \
-            pa.types.is_large_string(col.type) or pa.types.is_boolean(col.type):
+    if pa.types.is_integer(col.type) or is_utf8(col.type) or pa.types.is_boolean(col.type):
         text = col.cast(pa.large_string())
     else:
         text = pa.array([json.dumps(v, sort_keys=True, ensure_ascii=False)

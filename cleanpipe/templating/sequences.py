@@ -67,7 +67,7 @@ def _column_text(batch: pa.RecordBatch, name: str) -> pa.Array:
     if idx < 0:
         raise KeyError(f"no column {name!r}; columns: {', '.join(batch.schema.names)}")
     col = batch.column(idx)
-    if not (is_utf8(col.type)):
+    if not is_utf8(col.type):
         col = pc.cast(col, pa.large_string())
     return pc.fill_null(col.cast(pa.large_string()), "")
 

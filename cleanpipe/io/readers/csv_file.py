@@ -63,7 +63,7 @@ def _csv_mend(table: pa.Table, numbers: np.ndarray, guess: bool, notes: Notes) -
     """``table`` with the invalid bytes of its cells read by :func:`mend`, each noted."""
     cols = []
     for col in table.columns:
-        if not (is_utf8(col.type)):
+        if not is_utf8(col.type):
             cols.append(col)
             continue
         hit = _marked(col)
