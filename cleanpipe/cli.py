@@ -201,6 +201,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def describe_stages() -> str:
+    from cleanpipe.contract.parameter_docs import descriptions
     from cleanpipe.contract.stage import GlobalStage, TextStage
     from cleanpipe.stages.registry import stage_classes
 
@@ -213,13 +214,14 @@ def describe_stages() -> str:
         codes = ", ".join(f"{c}={a.value}" for c, a in cls.codes.items())
         if codes:
             out.append(f"    codes: {codes}")
+        docs = descriptions(cls)
         for fname, f in cls.model_fields.items():
             if f.is_required():
                 default = " (required)"
             else:
                 value = f.default if f.default_factory is None else f.default_factory()
                 default = f" = {value!r}"
-            desc = " — " + " ".join(f.description.split()) if f.description else ""
+            desc = " — " + " ".join(docs[fname].split()) if fname in docs else ""
             out.append(f"    {fname}: {_type_name(f.annotation)}{default}{_bounds(f.metadata)}"
                        f"{desc}")
     return "\n".join(out)

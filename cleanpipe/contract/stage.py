@@ -65,9 +65,10 @@ class Stage(BaseModel):
     # NaN and infinity are refused: no threshold, range or weight means anything as either.
     # A class's validator is built when it is first instantiated, not when it is defined:
     # importing one stage then builds nothing for the base classes, which nothing instantiates.
+    # Parameters are documented by the docstring under them, read only when shown
+    # (:mod:`cleanpipe.contract.parameter_docs`: pydantic's own reading cost every import).
     model_config = ConfigDict(extra="forbid", frozen=False, arbitrary_types_allowed=True,
-                              use_attribute_docstrings=True, allow_inf_nan=False,
-                              defer_build=True)
+                              allow_inf_nan=False, defer_build=True)
 
     name: ClassVar[str] = ""
     codes: ClassVar[Mapping[str, Action]] = {}
