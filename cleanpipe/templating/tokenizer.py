@@ -272,9 +272,9 @@ class LoadedTokenizer:
         texts = [t or "" for t in texts]
         if not self.chunkable:
             return np.asarray(self._encode_counts(texts, add_special_tokens), dtype=np.int64)
-        owner, pid, uniq = self._pieces(texts)
+        owner, pid, uniq, _ = self._pieces(texts)
         # read the cached counts first: encoding may empty the cache to bound its size
-        cached = np.fromiter((self._cache.get(p, -1) for p in uniq), np.int64, len(uniq))
+        cached = self._cached(uniq)
         todo = np.flatnonzero(cached < 0)
         if todo.size:
             order = sorted(todo.tolist(), key=uniq.__getitem__)
@@ -284,20 +284,20 @@ class LoadedTokenizer:
         return np.bincount(owner, weights=cached[pid], minlength=len(texts)).astype(
             np.int64) + extra
 
-    def _piece_bounds(self, pieces: list[str]) -> np.ndarray:
-        """Per piece a number >= its token count alone, without encoding it: its count if
-        cached, else its size (grown by the normaliser's factor where not ASCII)."""
+    def _cached(self, pieces: list[str]) -> np.ndarray:
+        """Per piece its cached count, -1 where none."""
         cache = self._cache
-        counted = np.fromiter((cache.get(p, -1) for p in pieces), np.float64, len(pieces))
-        if self.unit == "bytes":
-            units = np.fromiter((len(p.encode("utf-8")) for p in pieces), np.float64,
-                                len(pieces))
-        else:
-            units = np.fromiter(map(len, pieces), np.float64, len(pieces))
+        return np.fromiter((cache.get(p, -1) for p in pieces), np.int64, len(pieces))
+
+    def _piece_sizes(self, pieces: pa.Array) -> np.ndarray:
+        """Per piece a number >= its token count alone, without encoding it: its size
+        (grown by the normaliser's factor where not ASCII)."""
+        measure = pc.binary_length if self.unit == "bytes" else pc.utf8_length
+        units = measure(pieces).to_numpy(zero_copy_only=False).astype(np.float64)
         if self._has_normalizer:
-            grows = ~np.fromiter((p.isascii() for p in pieces), bool, len(pieces))
+            grows = ~pc.string_is_ascii(pieces).to_numpy(zero_copy_only=False)
             units[grows] *= self._growth
-        return np.where(counted >= 0, counted, units)
+        return units
 
     def count_above(self, texts: list[str], limit: int,
                     add_special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -325,13 +325,15 @@ class LoadedTokenizer:
         texts = [t or "" for t in texts]
         n = len(texts)
         extra = self.specials_added(add_special_tokens)
-        owner, pid, uniq = self._pieces(texts)
-        size = self._piece_bounds(uniq)[pid]
+        owner, pid, uniq, pieces = self._pieces(texts)
+        # the counts known before encoding stay true if encoding empties the cache
+        counted = self._cached(uniq)
+        sizes = self._piece_sizes(pieces)
+        size = np.where(counted >= 0, counted, sizes)[pid]
         excess = np.bincount(owner, weights=size, minlength=n) + extra - limit
         # Per text, its distinct uncounted pieces, largest first; a piece is chosen while
         # the text's excess is not yet covered by the pieces chosen before it.
-        uncounted = np.fromiter((p not in self._cache for p in uniq), bool, len(uniq))
-        todo = np.flatnonzero(uncounted[pid])
+        todo = np.flatnonzero(counted[pid] < 0)
         _, first = np.unique(owner[todo] * len(uniq) + pid[todo], return_index=True)
         todo = todo[first]
         todo = todo[np.lexsort((pid[todo], -size[todo], owner[todo]))]
@@ -343,11 +345,14 @@ class LoadedTokenizer:
         left = excess[owner[todo]]
         # no bound without counting (a normaliser of unknown growth): count every piece
         pick = np.unique(pid[todo[(left - before > 0) | ~np.isfinite(left)]])
-        self._encode_into_cache(sorted(uniq[i] for i in pick.tolist()))
-        bound = np.bincount(owner, weights=self._piece_bounds(uniq)[pid], minlength=n) + extra
+        if pick.size:
+            order = sorted(pick.tolist(), key=uniq.__getitem__)
+            self._encode_into_cache([uniq[i] for i in order])
+            counted[order] = [self._cache[uniq[i]] for i in order]
+        bound = np.bincount(owner, weights=np.where(counted >= 0, counted, sizes)[pid],
+                            minlength=n) + extra
         # A text whose pieces are all counted has its exact count already: report it.
-        missing = np.fromiter((p not in self._cache for p in uniq), bool, len(uniq))
-        known = np.bincount(owner, weights=missing[pid], minlength=n) == 0
+        known = np.bincount(owner, weights=(counted < 0)[pid], minlength=n) == 0
         out = np.full(n, -1, dtype=np.int64)
         out[known] = bound[known]
         over = np.flatnonzero((bound > limit) & ~known)
@@ -356,10 +361,10 @@ class LoadedTokenizer:
             bound[over] = out[over]
         return out, bound
 
-    def _pieces(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    def _pieces(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str], pa.Array]:
         """The texts cut into pieces: per piece its text's index and an id, and the
-        distinct pieces by id. Cut with Arrow kernels (a NUL marks each cut), unless a text
-        holds a NUL itself."""
+        distinct pieces by id (as a list and as an Arrow array). Cut with Arrow kernels (a
+        NUL marks each cut), unless a text holds a NUL itself."""
         arr = pa.array(texts, pa.large_string())
         if pc.any(pc.match_substring(arr, "\x00")).as_py():
             lists = pa.array([_split(self._cut, t) for t in texts], pa.list_(pa.large_string()))
@@ -370,7 +375,7 @@ class LoadedTokenizer:
         owner = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
         codes = pc.list_flatten(lists).dictionary_encode()
         return (owner, codes.indices.to_numpy(zero_copy_only=False).astype(np.int64),
-                codes.dictionary.to_pylist())
+                codes.dictionary.to_pylist(), codes.dictionary)
 
     def encode(self, texts: list[str], add_special_tokens: bool = True) -> list[Any]:
         """Full encodings (ids and character offsets)."""
