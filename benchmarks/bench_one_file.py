@@ -1,9 +1,10 @@
 """One big JSONL file against the same rows in shards (issues 18 item 1, 17 item 6).
 
-1. t0 (55,185 prompt/completion records, 294 shards) written as ONE JSONL file and as 64
-   shards; ``unicode_fix`` + ``minhash_dedup`` on each with 2 workers, runs interleaved
-   (one file, shards, one file, ...). Wall and peak PSS of the process tree: median and
-   spread; acceptance: one file <= 1.15x the shards on both.
+1. t0 (55,185 prompt/completion records, 294 shards) written as ONE JSONL file, as 64
+   shards and as 294 (its own count: ~190 rows a file); ``unicode_fix`` + ``minhash_dedup``
+   on each with 2 workers, runs interleaved (one file, 64 shards, 294 shards, one file,
+   ...). Wall and peak PSS of the process tree: median and spread; acceptance: one file
+   <= 1.15x the 64 shards on both.
 2. A ~500 MB JSONL file (t0's rows repeated with distinct ids) against the same rows in 20
    shards, read through the engine with no stage (no output written): peak memory,
    acceptance <= 1.2x. The big files are deleted afterwards.
@@ -135,15 +136,19 @@ def main() -> None:
     lines = _t0_lines()
     one = _write_one(WORKDIR / "t0_one" / "t0.jsonl", lines)
     shards = _write_shards(WORKDIR / "t0_64", lines, 64)
+    many = _write_shards(WORKDIR / "t0_294", lines, 294)
     pipe = WORKDIR / "pipeline.yaml"
     pipe.write_text(PIPELINE)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     cases: dict[str, list[Measurement]] = {"t0 as 64 JSONL shards": [],
-                                            "t0 as one JSONL file": []}
+                                            "t0 as one JSONL file": [],
+                                            "t0 as 294 JSONL shards": []}
     for _ in range(args.runs):
         cases["t0 as one JSONL file"].append(_run_pipeline(pipe, one, WORKDIR / "out_one"))
         cases["t0 as 64 JSONL shards"].append(_run_pipeline(pipe, shards, WORKDIR / "out_64"))
+        cases["t0 as 294 JSONL shards"].append(_run_pipeline(pipe, many, WORKDIR / "out_294"))
     same = _same_data(WORKDIR / "out_one", WORKDIR / "out_64")
+    same_294 = _same_data(WORKDIR / "out_one", WORKDIR / "out_294")
     t0_rows, t0_ratio = _rows(cases, "t0 as 64 JSONL shards")
 
     big_rows: list[list[object]] = []
@@ -173,9 +178,10 @@ def main() -> None:
     text = [f"`{command_line()}`", "",
             f"Started {started}; {os.cpu_count()} cores, shared with other jobs (load"
             " averages per run below).", "",
-            "### t0 as one JSONL file against the same rows as 64 shards", "",
+            "### t0 as one JSONL file against the same rows as 64 and 294 shards", "",
             f"`unicode_fix` + `minhash_dedup`, 2 workers, {len(lines):,} records, runs"
-            f" interleaved. Kept data identical between the two: {same}.", "",
+            f" interleaved. Kept data identical to the one file's: 64 shards {same}, 294"
+            f" shards {same_294}.", "",
             md_table(HEAD, t0_rows), "",
             f"Acceptance (#18): wall <= 1.15x: {t0_ratio['t0 as one JSONL file']:.2f}x;"
             f" peak PSS <= 1.15x: {t0_ratio['t0 as one JSONL file pss']:.2f}x.", "",

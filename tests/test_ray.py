@@ -38,7 +38,7 @@ from tests import written_totals
 from tests.conftest import realdata
 
 ray = pytest.importorskip("ray")
-from cleanpipe.engine import ray_dedup, ray_engine  # noqa: E402
+from cleanpipe.engine import ray_dedup, ray_engine, task_groups  # noqa: E402
 from cleanpipe.engine.ray_engine import execute_ray  # noqa: E402
 from cleanpipe.engine.ray_shuffle import Blocks  # noqa: E402
 
@@ -551,26 +551,12 @@ def test_tasks_decide_on_the_dedup_stages_as_configured(cluster, tmp_path: Path,
     assert len(blobs) == 3 and blobs[1] == blobs[0] and blobs[2] == blobs[0]
 
 
-def test_task_groups_close_on_rows_or_bytes() -> None:
-    """A task gets at least one chunk, and no more once it has ``rows`` rows or ``nbytes``
-    bytes: long-text rows make smaller tasks, so no task runs three times the others."""
-    from types import SimpleNamespace
-
-    groups = ray_engine.Groups(rows=100, nbytes=1000)
-    sizes = [(40, 100), (40, 100), (40, 100), (10, 2000), (30, 400), (30, 400), (5, 5)]
-    out = [groups.add(SimpleNamespace(num_rows=n, nbytes=b)) for n, b in sizes]
-    out.append(groups.flush())
-    made = [[i for i, _ in g] for g in out if g is not None]
-    assert made == [[0, 1, 2], [3], [4, 5, 6]]
-    assert groups.flush() is None
-
-
 def test_rows_held_by_the_driver_get_their_decisions_too(cluster, tmp_path: Path,
                                                          monkeypatch) -> None:
     """Rows a dedup's ``observe`` read come back to the driver and go out again in task
     groups of its own making; each group still gets its rows' decisions (here every chunk
     is a group of its own), and the results are local's."""
-    monkeypatch.setattr(ray_engine, "TASK_BYTES", 1)
+    monkeypatch.setattr(task_groups, "TASK_BYTES", 1)
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": f"row {i % 150} " + "w " * (i % 3)}) + "\n"
                            for i in range(700)), encoding="utf-8")

@@ -48,6 +48,7 @@ from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows
 from cleanpipe.engine.shipping import Shipped, ship
+from cleanpipe.engine.task_groups import grouped, task_rows
 from cleanpipe.memory import returning_pool, use_returning_pool
 from cleanpipe.spec import PipelineSpec, check_setting
 
@@ -82,15 +83,16 @@ def _warm_worker(sample: pa.RecordBatch | None) -> None:
 
 @dataclass
 class Task:
-    """One task of segment ``seg_i``: a batch, batches still to be read, or batches a
-    worker held (:class:`HeldRows`). ``decide``: the previous global stage's index and these
-    rows' decisions table, decided here first. ``hold_in``: the folder where the worker
-    keeps the rows left (:mod:`cleanpipe.engine.held_rows`), returning only what the driver
-    merges and observes. ``ship_to``: the folder through which a large output goes back
+    """One task of segment ``seg_i``: consecutive batches, some perhaps still to be read
+    (:mod:`~cleanpipe.engine.task_groups`), one batch, or batches a worker held
+    (:class:`HeldRows`). ``decide``: the previous global stage's index and these rows'
+    decisions table, decided here first. ``hold_in``: the folder where the worker keeps the
+    rows left (:mod:`cleanpipe.engine.held_rows`), returning only what the driver merges
+    and observes. ``ship_to``: the folder through which a large output goes back
     (:mod:`cleanpipe.engine.shipping`), for a task run in a worker process."""
 
     seg_i: int
-    item: Rows | ToRead | HeldRows
+    item: Rows | ToRead | HeldRows | list[Rows | ToRead]
     decide: tuple[int, pa.Table] | None = None
     hold_in: str | None = None
     ship_to: str | None = None
@@ -107,7 +109,9 @@ def _segment_task(task: Task) -> TaskOutput | Shipped:
 def _run_task(task: Task) -> TaskOutput:
     w = _worker
     assert w is not None
-    items = task.item.load() if isinstance(task.item, HeldRows) else [task.item]
+    item = task.item
+    items = item.load() if isinstance(item, HeldRows) else item if isinstance(item, list) \
+        else [item]
     decide = None
     if task.decide is not None:
         idx, table = task.decide
@@ -160,7 +164,9 @@ class LocalEngine:
                  spill_dir: Path) -> None:
         self.run = run
         self.pool = pool
-        self.stream: Iterable[Task] = (Task(0, item) for item in stream)
+        # consecutive batches go out together (many small files: one batch each)
+        self.stream: Iterable[Task] = (Task(0, [b for _, b in group])
+                                       for group in grouped(stream, task_rows(run.spec)))
         self.spill_dir: Path | None = spill_dir
         self.spill: Spill | None = None
         #: one entry per batch the previous global stage decided on here, in batch order

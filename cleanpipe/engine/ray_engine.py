@@ -68,6 +68,7 @@ from cleanpipe.engine.ray_fetch import fetch
 from cleanpipe.engine.ray_shuffle import Blocks, co_group, partition_of
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows
+from cleanpipe.engine.task_groups import Groups, grouped, task_rows
 from cleanpipe.spec import PipelineSpec
 
 #: object store of a cluster this engine starts itself (an existing cluster keeps its own)
@@ -214,52 +215,6 @@ def _ensure_ray(address: str | None, workers: int | None) -> Any:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
                      object_store_memory=DEFAULT_OBJECT_STORE)
     return ray
-
-
-#: rows a task gets (fewer when the pipeline's batch_size is smaller, or TASK_BYTES is
-#: reached first: up to the chunk that reaches either): a task costs
-#: some 20 ms of CPU across the driver, the raylets and the worker (with 1,024 rows a task
-#: the t0 benchmark spent a third of its CPU on them); more rows per task would leave CPUs
-#: idle at each segment's end (a global stage waits for the segment's last task)
-TASK_ROWS = 4096
-
-#: bytes of input after which a task gets no more chunks: a stage's work grows with
-#: the text (shingles, hashes, tokens), so long-text rows in tasks of TASK_ROWS rows made
-#: tasks of three times the others' time, and the last of them a segment's idle tail
-TASK_BYTES = 4 << 20
-
-
-class Groups:
-    """Consecutive chunks gathered into task-sized groups of at least ``rows`` rows or
-    ``nbytes`` bytes, whichever comes first: lists of ``(chunk index, Rows)``, chunk
-    indices counting on over the groups."""
-
-    def __init__(self, rows: int, nbytes: int | None = None) -> None:
-        self.rows = rows
-        self.nbytes = TASK_BYTES if nbytes is None else nbytes
-        self.items: list[tuple[int, Rows | ToRead]] = []
-        self.n = 0
-        self.b = 0
-        self.count = 0  # chunks gathered so far, over all groups
-
-    def add(self, rows: Rows | ToRead) -> list[tuple[int, Rows | ToRead]] | None:
-        """Add one chunk; returns a group once enough rows or bytes are gathered."""
-        self.items.append((self.count, rows))
-        self.count += 1
-        self.n += rows.num_rows
-        self.b += rows.nbytes
-        return self.flush() if self.n >= self.rows or self.b >= self.nbytes else None
-
-    def flush(self) -> list[tuple[int, Rows | ToRead]] | None:
-        """The chunks gathered since the last group (``None`` if none)."""
-        if not self.items:
-            return None
-        group, self.items, self.n, self.b = self.items, [], 0, 0
-        return group
-
-
-def task_rows(spec: PipelineSpec) -> int:
-    return min(spec.batch_size, TASK_ROWS)
 
 
 class RayEngine:
@@ -449,13 +404,7 @@ def _rows(ray: Any, run: Run, source: Any, cpus: int, parts: int,
             break
 
     def inputs() -> Iterator[tuple[list[tuple[int, Rows | ToRead]], None, None]]:
-        groups = Groups(task_rows(run.spec))
-        for rows in chain(head, rows_iter):
-            group = groups.add(rows)
-            if group is not None:
-                yield group, None, None
-        group = groups.flush()
-        if group is not None:
+        for group in grouped(chain(head, rows_iter), task_rows(run.spec)):
             yield group, None, None
 
     yield from run.rows(RayEngine(ray, run, inputs(), cpus, parts, cluster_grouping_bytes))
