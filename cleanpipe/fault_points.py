@@ -5,9 +5,10 @@ folder, a run reaching that point writes ``<dir>/<name>`` (holding its PID) and 
 until a signal ends it. A test waits for the file, not for a time, so the kill lands at the
 same place on any machine. Unset (always, outside tests), :func:`pause_point` does nothing.
 
-Points: ``read`` (first input batch read, workers started), ``midrun`` (half the input's
-batches handed to the output), ``commit`` (output complete in its temporary folder, about
-to replace the old one), ``swapped`` (new output in place, old one not yet removed).
+Points: ``read`` (first input batch read; the CLI has started its workers), ``midrun``
+(half the input's batches handed to the output), ``commit`` (output complete in its
+temporary folder, about to replace the old one), ``swapped`` (new output in place, old one
+not yet removed).
 
     >>> pause_point("read")  # not armed: returns at once
 """

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cleanpipe import Pipeline
-from cleanpipe.engine import local, task_groups
+from cleanpipe.engine import local, shipping, task_groups
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import MinHashDedup
 from cleanpipe.stages.whitespace import Whitespace
@@ -32,20 +32,24 @@ def test_task_groups_close_on_rows_or_bytes() -> None:
 WORDS = "the quick brown fox jumps over the lazy dog and runs far away to the green hills"
 
 
-def _shards(folder: Path, files: int, rows: int) -> list[str]:
-    """``files`` small JSON Lines files; rows repeat across files (exact and near copies)."""
+def _shards(folder: Path, files: int, rows: int, words: int = 0) -> list[str]:
+    """``files`` small JSON Lines files; rows repeat across files (exact and near copies),
+    each with ``words`` more words of its own row's text."""
     folder.mkdir()
     paths = []
     for f in range(files):
         p = folder / f"part-{f:03d}.jsonl"
         p.write_text("".join(json.dumps({"text": f"  {WORDS} item {(f * rows + i) % 97}"
-                                                 f" variant {i % 3}  "}) + "\n"
+                                                 f" variant {i % 3}  " + " ".join(
+                                                     f"w{(f * rows + i) % 97}x{k}"
+                                                     for k in range(words))}) + "\n"
                              for i in range(rows)), encoding="utf-8")
         paths.append(str(p))
     return paths
 
 
-def _clean(paths: list[str], tasks: list[int], monkeypatch: pytest.MonkeyPatch) -> Any:
+def _clean(paths: list[str], tasks: list[int], monkeypatch: pytest.MonkeyPatch,
+           workers: int = 1) -> Any:
     real = local._run_task
 
     def counted(task: local.Task) -> Any:
@@ -55,7 +59,7 @@ def _clean(paths: list[str], tasks: list[int], monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(local, "_run_task", counted)
     pipe = Pipeline(stages=[Whitespace(), ExactDedup(), MinHashDedup(threshold=0.5)])
-    result = pipe.clean(paths, workers=1)
+    result = pipe.clean(paths, workers=workers)
     monkeypatch.setattr(local, "_run_task", real)
     rep = result.report.to_dict()
     rep.pop("timing")
@@ -80,3 +84,22 @@ def test_small_files_share_tasks_with_the_same_results(tmp_path: Path,
     assert rep["totals"]["read"] == 1200 and len(kept) + len(quarantine) == 1200
     assert {s["name"]: s["dropped"] > 0 for s in rep["stages"]} == {
         "whitespace": False, "exact_dedup": True, "minhash_dedup": True}
+
+
+def test_grouped_tasks_in_worker_processes(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grouped tasks in two worker processes, every output coming back through a file
+    (engine/shipping.py): the results of one task a batch in this process."""
+    paths = _shards(tmp_path / "in", files=40, rows=100, words=150)
+    # with workers forked from this process (no other thread here) every output goes
+    # through a file; from a fork server (not patched), the large ones do
+    monkeypatch.setattr(shipping, "SHIP_BYTES", 1)
+    unused: list[int] = []
+    in_workers = _clean(paths, unused, monkeypatch, workers=2)
+    monkeypatch.setattr(task_groups, "TASK_BYTES", 1)
+    alone: list[int] = []
+    in_process = _clean(paths, alone, monkeypatch)
+    assert len(alone) == 40
+    assert in_workers == in_process
+    assert in_workers[2]["totals"]["read"] == 4000
+    assert in_workers[2]["totals"]["quarantined"] > 0

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 def descriptions(model: type[BaseModel]) -> dict[str, str]:
     """Per field of ``model`` that has one, its description: the ``description`` given in
-    code, else the docstring under the field in the nearest class that has one."""
+    code, else the docstring under the field where it was last declared."""
     docs = attribute_docstrings(model)
     out = {}
     for name, field in model.model_fields.items():
@@ -36,15 +36,23 @@ def descriptions(model: type[BaseModel]) -> dict[str, str]:
 
 
 @cache
-def attribute_docstrings(cls: type) -> dict[str, str]:
-    """The docstrings under annotated class attributes of ``cls`` and its bases (a
-    subclass's own wins); a class whose source cannot be read contributes none."""
+def attribute_docstrings(cls: type[BaseModel]) -> dict[str, str]:
+    """The docstrings under annotated class attributes of ``cls`` and its bases, as pydantic
+    read them: a class that declares a field again replaces the base's docstring with its
+    own, or with none; pydantic's ``BaseModel`` and classes whose source cannot be read
+    contribute none."""
     out: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        out.update(_own(klass))
+        if not issubclass(klass, BaseModel) or klass is BaseModel:
+            continue
+        own = _own(klass)
+        for name in inspect.get_annotations(klass):
+            out.pop(name, None)
+        out.update(own)
     return out
 
 
+@cache
 def _own(klass: type) -> dict[str, str]:
     try:
         source = textwrap.dedent(inspect.getsource(klass))

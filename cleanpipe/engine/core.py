@@ -239,8 +239,8 @@ class SegmentWorker:
         return g
 
     def run_task(self, seg_i: int, item: Rows | ToRead) -> list[TaskResult]:
-        """One task of segment ``seg_i``: a batch, or batches still to be read (read here
-        first), each through :meth:`run`."""
+        """One item of a task of segment ``seg_i``: a batch, or batches still to be read
+        (read here first), each through :meth:`run`."""
         if isinstance(item, Rows):
             return [self.run(seg_i, item)]
         return [self.run(seg_i, rows) for rows in item.read()]

@@ -1,11 +1,13 @@
 """The local engine: stream record batches through the stages on all cores of one machine.
 
-Stateless stages run in worker processes, batch by batch, results merged in input order
-(the run loop is :meth:`cleanpipe.engine.core.Run.rows`). A global stage (dedup, corpus
+Stateless stages run in worker processes, batch by batch (consecutive small batches share a
+task: :mod:`~cleanpipe.engine.task_groups`), results merged in input order (the run loop is
+:meth:`cleanpipe.engine.core.Run.rows`). A global stage (dedup, corpus
 statistics) splits the pipeline in two passes: the first pass runs the stages before it,
 has it observe every row, and spills the rows to a temporary file; after ``finalize`` the
 second pass reads the spill back, applies its decisions and goes on. Memory therefore holds
-a few batches plus the global stages' compact state.
+a few tasks (each a batch, or small batches up to a batch's rows or 4 MiB, plus the one that
+crossed the bound) plus the global stages' compact state.
 
     >>> import pyarrow as pa
     >>> from cleanpipe.spec import spec_from_dict

@@ -8,8 +8,9 @@ What differs is only where that work runs and how its results come back:
 
 * Reading happens on the driver with cleanpipe's readers, in the local engine's order, so row
   ids (``file:line``) and sequence numbers are the same. Consecutive chunks travel to a task
-  together (``TASK_ROWS`` rows or ``TASK_BYTES`` bytes a task) as a list of
-  ``(chunk index, Rows)``, which Ray serializes with the Arrow buffers out of band; on a
+  together (:mod:`~cleanpipe.engine.task_groups`: ``TASK_ROWS`` rows or ``TASK_BYTES``
+  bytes a task) as a list of ``(chunk index, Rows)``, which Ray serializes with the Arrow
+  buffers out of band; on a
   cluster of this machine alone a JSON Lines piece travels as its byte range
   (:func:`one_machine`). Tasks are submitted as chunks are read, a few per CPU in flight,
   so reading overlaps the cluster's work; the stage list goes to the object store once per

@@ -235,7 +235,7 @@ def read_rows(spec: PipelineSpec, source: Any, state: RunState, progress: Progre
 
 def _hand_out(sent: int) -> int:
     """The count of batches handed out, one more; before the second, the fault point
-    ``read`` (the workers have the first)."""
+    ``read`` (the first is read; it may still wait to share a task with the next ones)."""
     if sent == 1:
         pause_point("read")
     return sent + 1

@@ -6,8 +6,8 @@ batch a file, and with one task a batch the driver spent more on tasks than on r
 its 294 files of ~190 rows took the local engine 1.6x the time of the same rows in one
 file, its main process 2.3 CPU-s against 1.3. So consecutive batches travel together, up
 to :data:`TASK_ROWS` rows or :data:`TASK_BYTES` bytes; a worker runs them one after the
-other and hands back their results in order. A batch of a big file (a full batch) is a
-task of its own.
+other and hands back their results in order. A full batch (of a big file) closes the task
+it joins: alone, or after the small batches before it.
 
     >>> from collections import namedtuple
     >>> B = namedtuple("B", "num_rows nbytes")
