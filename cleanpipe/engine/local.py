@@ -86,15 +86,15 @@ def _warm_worker(sample: pa.RecordBatch | None) -> None:
 @dataclass
 class Task:
     """One task of segment ``seg_i``: consecutive batches, some perhaps still to be read
-    (:mod:`~cleanpipe.engine.task_groups`), one batch, or batches a worker held
-    (:class:`HeldRows`). ``decide``: the previous global stage's index and these rows'
-    decisions table, decided here first. ``hold_in``: the folder where the worker keeps the
-    rows left (:mod:`cleanpipe.engine.held_rows`), returning only what the driver merges
-    and observes. ``ship_to``: the folder through which a large output goes back
+    (:mod:`~cleanpipe.engine.task_groups`), or batches a worker held (:class:`HeldRows`).
+    ``decide``: the previous global stage's index and these rows' decisions table, decided
+    here first. ``hold_in``: the folder where the worker keeps the rows left
+    (:mod:`cleanpipe.engine.held_rows`), returning only what the driver merges and
+    observes. ``ship_to``: the folder through which a large output goes back
     (:mod:`cleanpipe.engine.shipping`), for a task run in a worker process."""
 
     seg_i: int
-    item: Rows | ToRead | HeldRows | list[Rows | ToRead]
+    item: list[Rows | ToRead] | HeldRows
     decide: tuple[int, pa.Table] | None = None
     hold_in: str | None = None
     ship_to: str | None = None
@@ -111,9 +111,7 @@ def _segment_task(task: Task) -> TaskOutput | Shipped:
 def _run_task(task: Task) -> TaskOutput:
     w = _worker
     assert w is not None
-    item = task.item
-    items = item.load() if isinstance(item, HeldRows) else item if isinstance(item, list) \
-        else [item]
+    items = task.item.load() if isinstance(task.item, HeldRows) else task.item
     decide = None
     if task.decide is not None:
         idx, table = task.decide
@@ -229,7 +227,7 @@ class LocalEngine:
         spill, self.spill = self.spill, None
         if spill is not None:
             spill.finish()
-        self.stream = (Task(0, rows) for rows in self.decided(g, idx, spill))
+        self.stream = (Task(0, [rows]) for rows in self.decided(g, idx, spill))
 
     def decided(self, g: GlobalStage, idx: int, spill: Spill | None) -> Iterator[Rows]:
         """The second pass of stage ``idx``, decided here: each batch's kept rows (even

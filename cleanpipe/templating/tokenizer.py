@@ -256,16 +256,21 @@ class LoadedTokenizer:
         enc = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         return [len(e.ids) for e in enc(texts, add_special_tokens=add_special_tokens)]
 
-    def _encode_into_cache(self, todo: list[str]) -> None:
-        """Count the pieces ``todo`` (none cached) and cache their counts."""
-        if not todo:
+    def _count_into(self, uniq: list[str], counted: np.ndarray, ids: np.ndarray) -> None:
+        """Encode the pieces ``ids`` of ``uniq`` (none cached; in text order, which the
+        tokenizer's batch likes), cache their counts and write them into ``counted``."""
+        if not ids.size:
             return
+        order = sorted(ids.tolist(), key=uniq.__getitem__)
+        todo = [uniq[i] for i in order]
         if self._cache_chars > _CACHE_CHARS:
             self._cache.clear()
             self._cache_chars = 0
-        for p, c in zip(todo, self._encode_counts(todo, False), strict=True):
+        counts = self._encode_counts(todo, False)
+        for p, c in zip(todo, counts, strict=True):
             self._cache[p] = c
             self._cache_chars += len(p)
+        counted[order] = counts
 
     def count(self, texts: list[str], add_special_tokens: bool = True) -> np.ndarray:
         """Exact token counts, equal to ``len(encode(text).ids)`` for each text."""
@@ -275,11 +280,7 @@ class LoadedTokenizer:
         owner, pid, uniq, _ = self._pieces(texts)
         # read the cached counts first: encoding may empty the cache to bound its size
         cached = self._cached(uniq)
-        todo = np.flatnonzero(cached < 0)
-        if todo.size:
-            order = sorted(todo.tolist(), key=uniq.__getitem__)
-            self._encode_into_cache([uniq[i] for i in order])
-            cached[order] = [self._cache[uniq[i]] for i in order]
+        self._count_into(uniq, cached, np.flatnonzero(cached < 0))
         extra = self.specials_added(add_special_tokens)
         return np.bincount(owner, weights=cached[pid], minlength=len(texts)).astype(
             np.int64) + extra
@@ -345,10 +346,7 @@ class LoadedTokenizer:
         left = excess[owner[todo]]
         # no bound without counting (a normaliser of unknown growth): count every piece
         pick = np.unique(pid[todo[(left - before > 0) | ~np.isfinite(left)]])
-        if pick.size:
-            order = sorted(pick.tolist(), key=uniq.__getitem__)
-            self._encode_into_cache([uniq[i] for i in order])
-            counted[order] = [self._cache[uniq[i]] for i in order]
+        self._count_into(uniq, counted, pick)
         bound = np.bincount(owner, weights=np.where(counted >= 0, counted, sizes)[pid],
                             minlength=n) + extra
         # A text whose pieces are all counted has its exact count already: report it.
