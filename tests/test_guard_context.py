@@ -88,8 +88,10 @@ def test_pickles_without_tokenizer(word_tok: str) -> None:
 
 
 def _check_counts(stage: ContextLength, batch: pa.RecordBatch, limit: int) -> int:
-    """Counted rows equal full encoding; skipped rows are provably under the limit."""
+    """Counted rows equal full encoding; skipped rows are provably under the limit. Returns
+    how many rows owe their count or bound to the tokenizer (not to their size alone)."""
     m = stage.measure(batch, limit)
+    by_size = stage.tok.upper_bound(m.rendered.texts, limit, m.add_special_tokens)
     texts = m.rendered.texts.to_pylist()
     full = np.array([len(e.ids) for e in stage.tok.tokenizer.encode_batch(
         [t or "" for t in texts], add_special_tokens=m.add_special_tokens)])
@@ -102,7 +104,7 @@ def _check_counts(stage: ContextLength, batch: pa.RecordBatch, limit: int) -> in
     res = stage.process(part, BatchContext(part))
     assert set(res.findings.positions().tolist()) == \
         set(np.flatnonzero(full[:300] > limit).tolist())
-    return int(counted.sum())
+    return int((counted | (m.bound < by_size)).sum())
 
 
 @pytest.mark.realdata
@@ -170,6 +172,28 @@ def test_long_by_size_proven_short_by_some_pieces_t0() -> None:
     partly = by_size & (m.counts < 0)
     assert partly.sum() > 50 and np.all(m.bound[partly] <= 4096)
     _check_counts(s, batch, 4096)
+
+
+@pytest.mark.realdata
+def test_proof_by_pieces_does_not_depend_on_the_piece_cache() -> None:
+    # A row proven short by some of its pieces is placed in the report by its bound, so
+    # the bound must be the same whatever the worker's cache held: the second half of a
+    # batch measured after its first half (t0 repeats passages across prompt templates),
+    # and alone by a fresh tokenizer.
+    batch = _t0(16)
+    kw = dict(tokenizer=str(realdata("tokenizers", "qwen3")), max_length=4096,
+              template="{prompt}{completion}", response_field="completion")
+    half = batch.num_rows // 2
+    whole = ContextLength(**kw).measure(batch, 4096)
+    alone = ContextLength(**kw).measure(batch.slice(half), 4096)
+    s = ContextLength(**kw)
+    s.measure(batch.slice(0, half), 4096)
+    after = s.measure(batch.slice(half), 4096)
+    by_size = s.tok.upper_bound(alone.rendered.texts, 4096, alone.add_special_tokens)
+    assert ((alone.counts < 0) & (alone.bound < by_size)).sum() > 20
+    for m in (after, whole):
+        np.testing.assert_array_equal(m.counts[-alone.counts.size:], alone.counts)
+        np.testing.assert_array_equal(m.bound[-alone.bound.size:], alone.bound)
 
 
 @pytest.mark.realdata

@@ -12,11 +12,11 @@ prompt alone fills the window is dropped.
 
 The report gets the token length of every row that reaches the stage and of every row the
 run writes, whatever later stages drop (:mod:`cleanpipe.contract.published`). A row proven
-short by its size alone is placed by that proof, a sound upper bound of its length, and
-counted as bounded (the chart shows those apart, and a total including one is marked as an
-upper bound): tokenizing it only to place it would cost the time the proof saves. A row
-proven short after encoding some of its pieces is counted (see ``_place_short``).
-``exact_counts: true`` measures every row.
+short, by its size alone or after encoding some of its pieces, is placed by that proof, a
+sound upper bound of its length that depends on the row alone, and counted as bounded (the
+chart shows those apart, and a total including one is marked as an upper bound): tokenizing
+it only to place it would cost the time the proof saves. ``exact_counts: true`` measures
+every row.
 
 With a ``trainer`` profile (``trl``, ``llamafactory``, ``axolotl``) the length counted is
 the one that trainer builds, and the window is its own option (``max_length``,
@@ -162,12 +162,18 @@ class ContextLength(SequenceStage):
         }, per_row=dict.fromkeys(_PER_ROW, pub.RowValues(lengths, None, measured)))
 
     def _lengths(self, m: Measured) -> pub.RowValues:
-        """Each row's token length (0 and not counted: no sequence), placed by a bound where
-        :meth:`_place_short` places it."""
+        """Each row's token length (0 and not counted: no sequence); a row proven short is
+        placed by its bound (an integer count is at most its floor).
+
+        The report must not depend on how rows were batched: both proofs, by size alone and
+        by counting some of a row's pieces, give a bound that is a function of the row
+        (:meth:`LoadedTokenizer.count_above`), whatever the worker's piece cache held.
+        """
         measured = ~np.asarray(m.rendered.texts.is_null().to_numpy(zero_copy_only=False),
                                dtype=bool)
         before = np.where(m.counts >= 0, m.counts, 0)
-        bounded = self._place_short(m, measured, before)
+        bounded = measured & (m.counts < 0)
+        before[bounded] = np.floor(m.bound[bounded]).astype(np.int64)
         return pub.RowValues(before, bounded, measured)
 
     def _metrics(self, m: Measured, found: Findings, n_long: int, truncated: list[int],
@@ -198,32 +204,6 @@ class ContextLength(SequenceStage):
             pub.ROWS_MEASURED: pub.total_metrics(int(measured.sum())),
             pub.ROWS_OVER_WINDOW: pub.total_metrics(int(n_long)),
         }, pub.RowValues(after, bounded, measured)
-
-    def _place_short(self, m: Measured, measured: np.ndarray, lengths: np.ndarray
-                     ) -> np.ndarray:
-        """Fill ``lengths`` of the rows ``m`` proved short without a count; returns the rows
-        placed by a bound.
-
-        The report must not depend on how rows were batched, but a row proven short after
-        encoding some of its pieces owes that proof to the pieces other rows of its worker
-        put in the tokenizer's cache. So only the proof by size alone, a function of the row,
-        places a row (by that bound: an integer count is at most its floor); the others are
-        counted, most of their pieces being cached already.
-        """
-        short = np.flatnonzero(measured & (m.counts < 0))
-        bounded = np.zeros(len(lengths), dtype=bool)
-        if short.size == 0:
-            return bounded
-        texts = m.rendered.texts.take(pa.array(short))
-        size = self.tok.upper_bound(texts, self.max_length, m.add_special_tokens)
-        by_size = size <= self.max_length
-        lengths[short[by_size]] = np.floor(size[by_size]).astype(np.int64)
-        bounded[short[by_size]] = True
-        rest = np.flatnonzero(~by_size)
-        if rest.size:
-            lengths[short[rest]] = self.tok.count(texts.take(pa.array(rest)).to_pylist(),
-                                                  m.add_special_tokens)
-        return bounded
 
     def summary(self, metrics: Mapping[str, Any]) -> pub.Summary:
         """The published values, with the share of measured rows over the window."""

@@ -302,15 +302,20 @@ class LoadedTokenizer:
 
     def count_above(self, texts: list[str], limit: int,
                     add_special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Exact token counts where they may exceed ``limit`` (or cost nothing more), -1
-        where a text is proven within it; and per text a sound bound (its count where
-        counted).
+        """Exact token counts of the texts that may exceed ``limit``, -1 where a text is
+        proven within it; and per text a sound bound (its count where counted).
 
         Counts are additive over a text's pieces (see the module notes), so a text whose
         size exceeds the limit is often proven short after encoding only its largest
-        pieces: each encoded piece swaps its size for its (smaller) count. A first round
-        encodes, per text, the largest pieces that would do it if a token covered
-        ``_PROOF_BYTES`` units; texts still over the limit then get every piece counted.
+        pieces: each encoded piece swaps its size for its (smaller) count. Per text, its
+        distinct pieces are taken largest first while its excess over the limit is not yet
+        covered as if a token covered ``_PROOF_BYTES`` units; its bound is the counts of
+        those pieces plus the sizes of the others. Texts still over the limit are counted
+        in full.
+
+        The proof and the bound are functions of the text alone: the piece cache saves
+        encoding a piece again, never changes a result, so a bound can stand for a length
+        in a report that must not depend on how rows were batched.
 
             >>> from tokenizers import Tokenizer, models, pre_tokenizers
             >>> tk = Tokenizer(models.WordLevel({"ab": 0, "[UNK]": 1}, unk_token="[UNK]"))
@@ -327,37 +332,46 @@ class LoadedTokenizer:
         n = len(texts)
         extra = self.specials_added(add_special_tokens)
         owner, pid, uniq, pieces = self._pieces(texts)
-        # the counts known before encoding stay true if encoding empties the cache
-        counted = self._cached(uniq)
-        sizes = self._piece_sizes(pieces)
-        size = np.where(counted >= 0, counted, sizes)[pid]
+        size = self._piece_sizes(pieces)[pid]
         excess = np.bincount(owner, weights=size, minlength=n) + extra - limit
-        # Per text, its distinct uncounted pieces, largest first; a piece is chosen while
-        # the text's excess is not yet covered by the pieces chosen before it.
-        todo = np.flatnonzero(counted[pid] < 0)
-        _, first = np.unique(owner[todo] * len(uniq) + pid[todo], return_index=True)
-        todo = todo[first]
-        todo = todo[np.lexsort((pid[todo], -size[todo], owner[todo]))]
-        gain = size[todo] * (1 - 1 / _PROOF_BYTES)
-        gain[~np.isfinite(gain)] = 0.0
-        before = np.cumsum(gain) - gain
+        # Per text, its distinct pieces, largest first (the first written first among equals:
+        # piece ids depend on the batch); a piece is chosen while the text's excess is not
+        # yet covered by the pieces chosen before it.
+        pair = owner * len(uniq) + pid
+        _, first = np.unique(pair, return_index=True)
+        todo = first[np.lexsort((first, -size[first], owner[first]))]
+        # Sizes are whole units times products of _GROWTH's factors (binary fractions), so
+        # these sums are exact: rounding would let a text's proof depend on the texts
+        # before it in the batch.
+        finite = np.where(np.isfinite(size[todo]), size[todo], 0.0)
+        before = np.cumsum(finite) - finite
         starts = np.searchsorted(owner[todo], np.arange(n))
         before -= np.r_[before, 0][starts][owner[todo]]
         left = excess[owner[todo]]
         # no bound without counting (a normaliser of unknown growth): count every piece
-        pick = np.unique(pid[todo[(left - before > 0) | ~np.isfinite(left)]])
-        self._count_into(uniq, counted, pick)
-        bound = np.bincount(owner, weights=np.where(counted >= 0, counted, sizes)[pid],
+        chosen = todo[(left * _PROOF_BYTES > before * (_PROOF_BYTES - 1))
+                      | ~np.isfinite(left)]
+        counted = self._cached(uniq)
+        self._count_pieces(uniq, counted, pid[chosen])
+        swapped = np.isin(pair, pair[chosen])
+        bound = np.bincount(owner, weights=np.where(swapped, counted[pid], size),
                             minlength=n) + extra
-        # A text whose pieces are all counted has its exact count already: report it.
-        known = np.bincount(owner, weights=(counted < 0)[pid], minlength=n) == 0
         out = np.full(n, -1, dtype=np.int64)
-        out[known] = bound[known]
-        over = np.flatnonzero((bound > limit) & ~known)
+        over = np.flatnonzero(bound > limit)
         if over.size:
-            out[over] = self.count([texts[i] for i in over], add_special_tokens)
-            bound[over] = out[over]
+            of_over = np.isin(owner, over)
+            self._count_pieces(uniq, counted, pid[of_over])
+            exact = np.bincount(owner[of_over], weights=counted[pid[of_over]],
+                                minlength=n).astype(np.int64) + extra
+            out[over] = exact[over]
+            bound[over] = exact[over]
         return out, bound
+
+    def _count_pieces(self, uniq: list[str], counted: np.ndarray, ids: np.ndarray) -> None:
+        """Fill ``counted`` for the pieces ``ids`` (repeats allowed), encoding those that
+        have no count yet."""
+        ids = np.unique(ids)
+        self._count_into(uniq, counted, ids[counted[ids] < 0])
 
     def _pieces(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str], pa.Array]:
         """The texts cut into pieces: per piece its text's index and an id, and the
