@@ -33,8 +33,8 @@ AFTER_HEADING = "after: rows written"
 #: the renderers' table: one row per :class:`TokenFigure`
 COLUMNS = ("stage", "figure", BEFORE_HEADING, AFTER_HEADING)
 
-BOUND_NOTE = ("≤: an upper bound; rows proven to fit the window were not tokenized (set "
-              "exact_counts: true on the stage to measure every row).")
+BOUND_NOTE = ("≤: an upper bound; rows proven to fit the window were not counted in full "
+              "(set exact_counts: true on the stage to measure every row).")
 
 
 @dataclass(frozen=True)
