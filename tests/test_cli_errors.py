@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,26 @@ def test_subprocess_error_and_success(tmp_path, data):
                         str(tmp_path / "o"), "-q"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "o" / "_SUCCESS").exists()
+
+
+def test_console_entry_exits_with_the_code_and_frozen_objects(tmp_path, data) -> None:
+    # The installed `cleanpipe` command (pyproject's script) exits with main's code, its
+    # objects exempt from the collector's last walk (gc.freeze), its outputs complete.
+    import tomllib
+
+    conf = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text("utf-8"))
+    assert conf["project"]["scripts"]["cleanpipe"] == "cleanpipe.cli:entry"
+    good = write_pipeline(tmp_path / "g.yaml", data)
+    probe = ("import atexit, gc, sys\n"
+             "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+             "from cleanpipe.cli import entry\n"
+             "sys.argv = ['cleanpipe', *sys.argv[1:]]\n"
+             "entry()\n")
+    for args, code in (([str(good), "-o", str(tmp_path / "o")], 0),
+                       ([str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "m")], 2)):
+        r = subprocess.run([sys.executable, "-c", probe, "run", *args, "-q"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == code, r.stderr
+        assert r.stdout.strip().endswith("frozen True")
+    assert (tmp_path / "o" / "_SUCCESS").exists()
+    assert (tmp_path / "o" / "report.json").stat().st_size > 0
