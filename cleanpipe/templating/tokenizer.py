@@ -278,17 +278,11 @@ class LoadedTokenizer:
         if not self.chunkable:
             return np.asarray(self._encode_counts(texts, add_special_tokens), dtype=np.int64)
         owner, pid, uniq, _ = self._pieces(texts)
-        # read the cached counts first: encoding may empty the cache to bound its size
-        cached = self._cached(uniq)
-        self._count_into(uniq, cached, np.flatnonzero(cached < 0))
+        counted = np.full(len(uniq), -1, dtype=np.int64)
+        self._count_pieces(uniq, counted, np.arange(len(uniq)))
         extra = self.specials_added(add_special_tokens)
-        return np.bincount(owner, weights=cached[pid], minlength=len(texts)).astype(
+        return np.bincount(owner, weights=counted[pid], minlength=len(texts)).astype(
             np.int64) + extra
-
-    def _cached(self, pieces: list[str]) -> np.ndarray:
-        """Per piece its cached count, -1 where none."""
-        cache = self._cache
-        return np.fromiter((cache.get(p, -1) for p in pieces), np.int64, len(pieces))
 
     def _piece_sizes(self, pieces: pa.Array) -> np.ndarray:
         """Per piece a number >= its token count alone, without encoding it: its size
@@ -351,7 +345,7 @@ class LoadedTokenizer:
         # no bound without counting (a normaliser of unknown growth): count every piece
         chosen = todo[(left * _PROOF_BYTES > before * (_PROOF_BYTES - 1))
                       | ~np.isfinite(left)]
-        counted = self._cached(uniq)
+        counted = np.full(len(uniq), -1, dtype=np.int64)
         self._count_pieces(uniq, counted, pid[chosen])
         swapped = np.isin(pair, pair[chosen])
         bound = np.bincount(owner, weights=np.where(swapped, counted[pid], size),
@@ -368,9 +362,16 @@ class LoadedTokenizer:
         return out, bound
 
     def _count_pieces(self, uniq: list[str], counted: np.ndarray, ids: np.ndarray) -> None:
-        """Fill ``counted`` for the pieces ``ids`` (repeats allowed), encoding those that
-        have no count yet."""
+        """Fill ``counted`` (-1: not known yet) for the pieces ``ids`` of ``uniq`` (repeats
+        allowed): from the cache, encoding the others. Only these pieces are looked up."""
         ids = np.unique(ids)
+        ids = ids[counted[ids] < 0]
+        if not ids.size:
+            return
+        cache = self._cache
+        # read before encoding: encoding may empty the cache to bound its size
+        counted[ids] = np.fromiter((cache.get(uniq[i], -1) for i in ids.tolist()), np.int64,
+                                   ids.size)
         self._count_into(uniq, counted, ids[counted[ids] < 0])
 
     def _pieces(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str], pa.Array]:
