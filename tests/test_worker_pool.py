@@ -4,6 +4,7 @@ when the pool was made, results in input order."""
 from __future__ import annotations
 
 import os
+import time
 
 from cleanpipe.engine.parallel import WorkerPool
 
@@ -26,6 +27,31 @@ def test_one_pool_serves_several_maps_in_order():
     pids = {r[2] for r in first + second}
     assert len(pids) <= 2 and os.getpid() not in pids
     assert all(r[1] == ["a"] for r in first + second)
+
+
+def _wait_for_later_tasks(job: tuple[int, str, int]) -> bool:
+    """Task 0 waits (20 s at most) until tasks 1..``later`` have started; the others mark
+    their start and return at once."""
+    i, folder, later = job
+    if i:
+        open(os.path.join(folder, str(i)), "w").close()
+        return True
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if all(os.path.exists(os.path.join(folder, str(k))) for k in range(1, later + 1)):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_slow_task_does_not_hold_up_the_other_workers(tmp_path):
+    # Results come back in input order; before, the pool took no new task while the
+    # first one ran once 4 (2 a worker) were out, and the other worker sat idle.
+    later = 6
+    with WorkerPool(2) as pool:
+        got = list(pool.map(_wait_for_later_tasks,
+                            [(i, str(tmp_path), later) for i in range(later + 1)]))
+    assert got == [True] * (later + 1)
 
 
 def test_workers_get_the_initargs_as_they_were_when_the_pool_was_made():

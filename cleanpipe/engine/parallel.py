@@ -19,7 +19,7 @@ import os
 import pickle
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -136,15 +136,22 @@ class WorkerPool:
             for it in items:
                 yield fn(it)
             return
-        # Two tasks per worker: one running, one queued behind it so it never idles while
-        # this process reads the next batch. More only holds more batches in memory.
+        # Two unfinished tasks per worker: one running, one queued behind it so it never
+        # idles while this process reads the next batch. Results wait for the earlier ones
+        # (input order), but a slow task does not hold the other workers up: up to
+        # ``window`` more finished ones may wait behind it.
         window = window or 2 * self.workers
         pending: deque[Future[R]] = deque()
         try:
             for it in items:
                 pending.append(self._ex.submit(fn, it))
-                if len(pending) >= window:
-                    yield pending.popleft().result()
+                while True:
+                    while pending and pending[0].done():
+                        yield pending.popleft().result()
+                    unfinished = [f for f in pending if not f.done()]
+                    if len(unfinished) < window and len(pending) < 2 * window:
+                        break
+                    wait(unfinished, return_when=FIRST_COMPLETED)
             while pending:
                 yield pending.popleft().result()
         finally:
