@@ -433,3 +433,20 @@ def test_large_task_outputs_come_back_through_files_and_leave_none(tmp_path: Pat
     loaded.clear()
     one = run(1, tmp_path / "one")
     assert not loaded and one == two and two[0]["quarantined"] >= 9000
+
+
+def test_only_a_first_pass_hands_back_the_rows_as_read() -> None:
+    # A last segment's rows go to the output: nothing quarantines them any more, so the rows
+    # as read stay behind (on t0 they were half of what its tasks sent back).
+    from cleanpipe.engine.core import SegmentWorker
+    from cleanpipe.engine.rows import Rows
+    from cleanpipe.stages.exact_dedup import ExactDedup
+    from cleanpipe.stages.invisible_chars import InvisibleChars
+
+    batch = pa.record_batch({"text": ["a\u200bb", "c"]})
+    rows = Rows(batch, batch, pa.array(["f:1", "f:2"]), np.arange(2))
+    last = SegmentWorker([InvisibleChars()], ["text"], False).run(0, rows).rows
+    assert last.data.column("text").to_pylist() != batch.column("text").to_pylist()
+    assert last.orig.schema.names == ["rows"] and last.orig.num_rows == 2
+    first = SegmentWorker([InvisibleChars(), ExactDedup()], ["text"], False).run(0, rows).rows
+    assert first.orig.equals(batch)

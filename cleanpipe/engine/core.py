@@ -311,7 +311,8 @@ class SegmentWorker:
         if seg.closing is None:
             fields_after = {}
             hist_after = histogram_of(char_counts(rows.data, fields, fields_after))
-            rows = self.remeasure(rows)
+            # every stage has decided on these rows: the driver writes them as they are now
+            rows = self.remeasure(rows).without_orig()
         return TaskResult(rows, stats, quarantine, prepared, hist_before, hist_after,
                           fields_before, fields_after)
 

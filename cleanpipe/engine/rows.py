@@ -8,7 +8,7 @@ order. Every operation keeps the four aligned, and the per-row values that trave
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -60,14 +60,25 @@ class Rows:
             >>> here.num_rows, here.data.schema.names, there.data.schema.names
             (2, ['rows'], ['t'])
         """
-        # a null column keeps the row count: a batch of no columns is read back empty
-        count = pa.RecordBatch.from_arrays([pa.nulls(self.num_rows)], names=["rows"])
+        count = _row_count(self.num_rows)
         here = Rows(count, count, self.row_ids, self.seq, self.shard,
                     unreadable=self.unreadable, read_events=self.read_events,
                     read_notes=self.read_notes)
         there = Rows(self.data, self.orig, self.row_ids, self.seq, self.shard, self.flags,
                      chars=self.chars, figures=self.figures)
         return here, there
+
+    def without_orig(self) -> Rows:
+        """These rows with only the count of the rows as read: what a last segment hands
+        back, once no stage can quarantine them. On t0 the rows as read were half of the
+        bytes a last segment's task sent to the driver, for nothing.
+
+            >>> b = pa.record_batch({"t": ["a", "b"]})
+            >>> r = Rows(b, b, pa.array(["f:1", "f:2"]), np.arange(2)).without_orig()
+            >>> r.data.schema.names, r.orig.schema.names, r.orig.num_rows
+            (['t'], ['rows'], 2)
+        """
+        return replace(self, orig=_row_count(self.num_rows))
 
     def take_mask(self, keep: np.ndarray) -> Rows:
         mask = pa.array(keep, pa.bool_())
@@ -78,6 +89,11 @@ class Rows:
             self.read_events, None if self.figures is None else self.figures.take_mask(keep),
             self.read_notes,
         )
+
+
+def _row_count(n: int) -> pa.RecordBatch:
+    # a null column keeps the row count: a batch of no columns is read back empty
+    return pa.RecordBatch.from_arrays([pa.nulls(n)], names=["rows"])
 
 
 @dataclass
