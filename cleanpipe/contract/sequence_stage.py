@@ -22,6 +22,7 @@ from cleanpipe.templating.sequences import (
     Rendered,
     chat_rows_from_batch,
     render_chat_rows,
+    render_column_rows,
     render_template_batch,
     tools_from_batch,
 )
@@ -177,10 +178,14 @@ class SequenceStage(BatchStage):
                 return render_template_batch(batch, self.template, self.response_field,
                                              suffix)
             assert self._chat is not None
-            rows = chat_rows_from_batch(batch, self._messages_column(batch),
-                                        self.prompt_fields, self.response_field,
+            col = self._messages_column(batch)
+            tools = tools_from_batch(batch, self.tools_field)
+            if col is None and tools is None:
+                return render_column_rows(batch, self.prompt_fields, self.response_field,
+                                          self.system_field, self._chat)
+            rows = chat_rows_from_batch(batch, col, self.prompt_fields, self.response_field,
                                         self.system_field, self.role_map)
-            return render_chat_rows(rows, self._chat, tools_from_batch(batch, self.tools_field))
+            return render_chat_rows(rows, self._chat, tools)
         except (KeyError, ValueError) as e:
             raise StageError(f"{self.name}: {e}") from e
 

@@ -50,10 +50,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
 import jinja2
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from jinja2 import nodes
 
 OPEN, CLOSE = "\ue000", "\ue001"
@@ -70,6 +74,14 @@ SAFE_TESTS = frozenset({"string", "defined", "undefined", "none", "false", "true
 SAFE_CALLEES = frozenset({"namespace", "raise_exception", "range"})
 #: How many of each skeleton's first fills are checked against jinja.
 CHECKED_FILLS = 2
+#: Skeletons one shape of a batch tries (:meth:`SkeletonRenderer.render_columns`) before
+#: leaving its remaining rows to :meth:`SkeletonRenderer.render`, one at a time.
+COLUMN_SKELETONS = 16
+#: What ``str.strip()`` removes (``str.isspace``): Arrow's own whitespace trim differs.
+PY_WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003"
+                 "\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_TRIMS = {"strip": pc.utf8_trim, "lstrip": pc.utf8_ltrim, "rstrip": pc.utf8_rtrim}
+_EMPTY = pa.scalar("", pa.large_string())
 
 
 class Unsupported(Exception):
@@ -311,21 +323,136 @@ def compiled(recipe: Recipe) -> Callable[[Sequence[str]], str]:
     return lambda c: "".join([f(c) for f in parts])
 
 
+def column(recipe: Recipe, columns: Sequence[pa.Array]) -> pa.Array:
+    """``recipe``'s text for every row at once, from each message's ``columns`` (large
+    strings, no nulls); :class:`Unsupported` where Arrow has no exact equivalent.
+
+        >>> column(("cat", ["<", ("call", ("msg", 0), "strip", ()), ">"]),
+        ...        [pa.array([" a ", "b\u3000"], pa.large_string())]).to_pylist()
+        ['<a>', '<b>']
+    """
+    kind = recipe[0]
+    if kind == "msg":
+        return columns[recipe[1]]
+    if kind == "call":
+        op, args = recipe[2], recipe[3]
+        if op not in _TRIMS or len(args) > 1:
+            raise Unsupported(op)
+        chars = args[0] if args and args[0] is not None else PY_WHITESPACE
+        inner = column(recipe[1], columns)
+        return _TRIMS[op](inner, characters=chars) if chars else inner
+    parts = [pa.scalar(p, pa.large_string()) if isinstance(p, str) else column(p, columns)
+             for p in recipe[1]]
+    return pc.binary_join_element_wise(*parts, _EMPTY)
+
+
+def answers(values: pa.Array, op: str, args: tuple[Any, ...]) -> np.ndarray:
+    """What each of ``values`` answers to question ``op`` (see :func:`ask`);
+    :class:`Unsupported` for a question Arrow cannot answer exactly."""
+    if op in ("truth", "__len__"):
+        n = pc.utf8_length(values).to_numpy(zero_copy_only=False)
+        return n > 0 if op == "truth" else n
+    if len(args) != 1 or type(args[0]) is not str:
+        raise Unsupported(op)
+    kernel = {"startswith": pc.starts_with, "endswith": pc.ends_with,
+              "__contains__": pc.match_substring}.get(op)
+    if kernel is not None:
+        got = kernel(values, pattern=args[0])
+    elif op == "__eq__":
+        got = pc.equal(values, pa.scalar(args[0], values.type))
+    else:
+        raise Unsupported(op)
+    return got.to_numpy(zero_copy_only=False)
+
+
+def _mentions(recipe: Recipe, i: int) -> bool:
+    if recipe[0] == "msg":
+        return bool(recipe[1] == i)
+    if recipe[0] == "call":
+        return _mentions(recipe[1], i)
+    return any(not isinstance(p, str) and _mentions(p, i) for p in recipe[1])
+
+
+@dataclass
+class Filled:
+    """Rows of one conversation shape rendered from one skeleton, all at once: their
+    positions among the rows given, their texts, and where each message's text went
+    (:meth:`_Skeleton.places`)."""
+
+    rows: np.ndarray
+    texts: pa.Array
+    places: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
 class _Skeleton:
     """One path through the template: its guards and its output, split at the markers."""
 
     def __init__(self, tracer: Tracer, output: str) -> None:
         self.guards = [(compiled(r), op, args, answer) for r, op, args, answer in tracer.guards]
+        self.guard_recipes = list(tracer.guards)
         self.parts: list[str | Callable[[Sequence[str]], str]] = []
+        self.part_recipes: list[str | Recipe] = []
         pos = 0
         for m in _MARKER.finditer(output):
             if m.start() > pos:
                 self.parts.append(output[pos:m.start()])
-            self.parts.append(compiled(tracer.recipes[int(m.group(1))]))
+                self.part_recipes.append(output[pos:m.start()])
+            recipe = tracer.recipes[int(m.group(1))]
+            self.parts.append(compiled(recipe))
+            self.part_recipes.append(recipe)
             pos = m.end()
         if pos < len(output):
             self.parts.append(output[pos:])
+            self.part_recipes.append(output[pos:])
         self.fills = 0
+
+    def holds_columns(self, columns: Sequence[pa.Array]) -> np.ndarray:
+        """:meth:`holds` for every row of ``columns`` (one per message) at once."""
+        ok = np.ones(len(columns[0]), dtype=bool)
+        for recipe, op, args, answer in self.guard_recipes:
+            ok &= answers(column(recipe, columns), op, args) == answer
+        return ok
+
+    def fill_columns(self, columns: Sequence[pa.Array]) -> tuple[pa.Array, np.ndarray]:
+        """:meth:`fill` for every row of ``columns`` at once, and where each part starts
+        (characters; one row per part, and one past the last)."""
+        n = len(columns[0])
+        arrays = [pa.scalar(p, pa.large_string()) if isinstance(p, str) else column(p, columns)
+                  for p in self.part_recipes]
+        starts = np.zeros((len(arrays) + 1, n), dtype=np.int64)
+        for k, a in enumerate(arrays):
+            size = len(a.as_py()) if isinstance(a, pa.Scalar) else pc.utf8_length(a).to_numpy(
+                zero_copy_only=False)
+            starts[k + 1] = starts[k] + size
+        if any(isinstance(a, pa.Array) for a in arrays):
+            texts = pc.binary_join_element_wise(*arrays, _EMPTY)
+        else:  # the template writes no message text
+            texts = pa.array(["".join(self.part_recipes)] * n, pa.large_string())  # type: ignore[arg-type]
+        return texts, starts
+
+    def places(self, columns: Sequence[pa.Array], starts: np.ndarray
+               ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Where each message's text went, per row: start and end of what the template
+        wrote of it, and how many of its first characters that leaves out. Only for
+        messages written once, as they are or trimmed (:class:`Unsupported` otherwise)."""
+        out = []
+        for i, values in enumerate(columns):
+            at = [k for k, p in enumerate(self.part_recipes)
+                  if not isinstance(p, str) and _mentions(p, i)]
+            recipe = self.part_recipes[at[0]] if len(at) == 1 else None
+            if recipe == ("msg", i):
+                skipped = np.zeros(len(values), dtype=np.int64)
+            elif recipe is not None and recipe[0] == "call" and recipe[1] == ("msg", i) \
+                    and recipe[2] in ("strip", "lstrip", "rstrip"):
+                skipped = np.zeros(len(values), dtype=np.int64)
+                if recipe[2] != "rstrip":
+                    left = column(("call", recipe[1], "lstrip", recipe[3]), columns)
+                    skipped = (pc.utf8_length(values).to_numpy(zero_copy_only=False)
+                               - pc.utf8_length(left).to_numpy(zero_copy_only=False))
+            else:
+                raise Unsupported(f"message {i} written {len(at)} times or transformed")
+            out.append((starts[at[0]], starts[at[0] + 1], skipped))
+        return out
 
     def holds(self, contents: Sequence[str]) -> bool:
         for text, op, args, answer in self.guards:
@@ -371,6 +498,63 @@ class SkeletonRenderer:
             return self._jinja(messages, add_generation_prompt)
         self.stats["traced"] += 1
         return self._checked(sk, messages, contents, add_generation_prompt)
+
+    def render_columns(self, roles: Sequence[str], columns: Sequence[pa.Array], gen: bool
+                       ) -> tuple[list[Filled], np.ndarray]:
+        """Conversations of one shape (``roles``), one column of texts per message (large
+        strings, no nulls), rendered from skeletons with Arrow kernels: the rows filled,
+        skeleton by skeleton, and the positions of the rows left to :meth:`render` (a
+        skeleton that could not be traced or checked, a question or transformation Arrow
+        cannot answer exactly, a message not written as it is or trimmed)."""
+        key = (gen, *roles)
+        n = len(columns[0]) if columns else 0
+        left = np.arange(n)
+        done: list[Filled] = []
+        if not columns or any(OPEN in r or CLOSE in r for r in roles):
+            return done, left
+        while left.size and self.on and not self._given_up(key) \
+                and len(done) < COLUMN_SKELETONS:
+            first = [str(c[int(left[0])].as_py()) for c in columns]
+            sk = next((s for s in self.skeletons.get(key, ()) if s.holds(first)), None)
+            traced = sk is None
+            if sk is None:
+                sk = self._trace(key, first, gen)
+                if sk is None:
+                    break
+            rest = columns if left.size == n else [c.take(pa.array(left)) for c in columns]
+            try:
+                ok = sk.holds_columns(rest)
+                if not ok[0]:  # Arrow answered the traced row otherwise than Python
+                    break
+                mine = rest if ok.all() else [c.filter(pa.array(ok)) for c in rest]
+                texts, starts = sk.fill_columns(mine)
+                places = sk.places(mine, starts)
+            except Unsupported:
+                break
+            if not self._checked_rows(sk, roles, mine, texts, gen):
+                break
+            done.append(Filled(left[ok], texts, places))
+            self.stats["traced"] += traced
+            self.stats["filled"] += int(ok.sum()) - traced
+            left = left[~ok]
+        return done, left
+
+    def _checked_rows(self, sk: _Skeleton, roles: Sequence[str], columns: Sequence[pa.Array],
+                      texts: pa.Array, gen: bool) -> bool:
+        """:meth:`_checked` for the first rows a skeleton fills at once: False (and the
+        skeletons off) if jinja disagrees."""
+        for r in range(min(CHECKED_FILLS - sk.fills, len(texts))):
+            msgs = [{"role": role, "content": c[r].as_py()} for role, c in zip(roles, columns,
+                                                                              strict=True)]
+            try:
+                want = self.plain(msgs, gen)
+            except Exception:  # render() turns it into the row's error
+                return False
+            sk.fills += 1
+            if want != texts[r].as_py():
+                self.on = False
+                return False
+        return True
 
     def _jinja(self, messages: Sequence[Mapping[str, Any]], gen: bool) -> str:
         self.stats["jinja"] += 1

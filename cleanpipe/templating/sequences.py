@@ -206,6 +206,92 @@ def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
     return Rendered(pa.array(texts, pa.large_string()), spans, last, errors)
 
 
+def _turn_columns(batch: pa.RecordBatch, prompt_fields: list[str], response_field: str
+                  ) -> tuple[pa.Array, pa.Array]:
+    """The user turn (the prompt fields present, joined) and the answer of every row."""
+    cols = [_column_text(batch, f) for f in prompt_fields if batch.schema.get_field_index(f) >= 0]
+    if not cols:
+        raise KeyError(f"none of the prompt fields {prompt_fields} is a column")
+    # Non-empty prompt parts joined by a newline, as LLaMA-Factory joins instruction/input.
+    prompt = cols[0]
+    for c in cols[1:]:
+        sep = pc.if_else(pc.greater(pc.utf8_length(c), 0), "\n", "")
+        prompt = pc.binary_join_element_wise(prompt, sep.cast(pa.large_string()), c, _EMPTY)
+    return prompt, _column_text(batch, response_field)
+
+
+def render_column_rows(batch: pa.RecordBatch, prompt_fields: list[str], response_field: str,
+                       system_field: str | None, template: ChatTemplate) -> Rendered:
+    """:func:`render_chat_rows` of the rows :func:`chat_rows_from_batch` builds from prompt
+    and response columns: the same texts and errors, mostly made by Arrow kernels
+    (:meth:`~cleanpipe.templating.chat_skeleton.SkeletonRenderer.render_columns`); the
+    rows that cannot be go through :func:`render_chat_rows`.
+
+    An answer's span is where the template wrote it, and not, as :func:`render_chat_rows`
+    finds it, its first copy after the previous turn: an answer ``a`` is no longer taken
+    to be the ``a`` of the template's ``<|im_start|>assistant``.
+
+        >>> from cleanpipe.templating.chat import ChatTemplate
+        >>> t = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}"
+        ...                  "{% endfor %}")
+        >>> b = pa.record_batch({"q": ["hi"], "a": [" a "]})
+        >>> r = render_column_rows(b, ["q"], "a", None, t)
+        >>> r.texts.to_pylist(), r.spans, r.last
+        (['<user>hi<assistant>a'], [[(19, 20)]], [(1, 1)])
+    """
+    n = batch.num_rows
+    user, answer = _turn_columns(batch, prompt_fields, response_field)
+    system = None
+    if system_field is not None and batch.schema.get_field_index(system_field) >= 0:
+        system = batch.column(batch.schema.get_field_index(system_field))
+    texts: list[pa.Array] = []
+    at: list[np.ndarray] = []
+    spans: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    last: list[tuple[int, int] | None] = [None] * n
+    errors: list[str | None] = [None] * n
+    left = np.ones(n, dtype=bool)
+    renderer = template.skeletons
+    if renderer is not None and n and (system is None or is_utf8(system.type)):
+        # an answer holding </think> is located after it: render_chat_rows does that
+        plain = ~pc.match_substring(answer, "</think>").to_numpy(zero_copy_only=False)
+        with_system = np.zeros(n, dtype=bool) if system is None else pc.fill_null(
+            pc.utf8_length(system), 0).to_numpy(zero_copy_only=False) > 0
+        for own_system in (False, True):
+            rows = np.flatnonzero(plain & (with_system == own_system))
+            if not rows.size:
+                continue
+            take = pa.array(rows)
+            cols = [user.take(take), answer.take(take)]
+            if own_system:
+                assert system is not None
+                cols.insert(0, system.take(take).cast(pa.large_string()))
+            roles = ("system",) * own_system + ("user", "assistant")
+            filled, _ = renderer.render_columns(roles, cols, gen=False)
+            for f in filled:
+                mine = rows[f.rows]
+                texts.append(f.texts)
+                at.append(mine)
+                start, end, skipped = f.places[-1]
+                for i, s, e, k in zip(mine.tolist(), start.tolist(), end.tolist(),
+                                      skipped.tolist(), strict=True):
+                    spans[i] = [(s, e)]
+                    last[i] = (len(roles) - 1, k)
+                left[mine] = False
+    rest = np.flatnonzero(left)
+    if rest.size:
+        sub = batch.take(pa.array(rest))
+        one = render_chat_rows(chat_rows_from_batch(sub, None, prompt_fields, response_field,
+                                                    system_field, {}), template)
+        texts.append(one.texts)
+        at.append(rest)
+        for i, sp, la, er in zip(rest.tolist(), one.spans, one.last, one.errors, strict=True):
+            spans[i], last[i], errors[i] = sp, la, er
+    if not texts:
+        return Rendered(pa.array([], pa.large_string()), spans, last, errors)
+    order = pa.array(np.argsort(np.concatenate(at), kind="stable"))
+    return Rendered(pa.concat_arrays(texts).take(order), spans, last, errors)
+
+
 def chat_rows_from_batch(batch: pa.RecordBatch, messages_field: str | None,
                          prompt_fields: list[str], response_field: str,
                          system_field: str | None, role_map: dict[str, str]
@@ -215,19 +301,9 @@ def chat_rows_from_batch(batch: pa.RecordBatch, messages_field: str | None,
         raw = batch.column(batch.schema.get_field_index(messages_field)).to_pylist()
         rows = [to_messages(r, role_map) for r in raw]
     else:
-        cols = [_column_text(batch, f) for f in prompt_fields
-                if batch.schema.get_field_index(f) >= 0]
-        if not cols:
-            raise KeyError(f"none of the prompt fields {prompt_fields} is a column")
-        # Non-empty prompt parts joined by a newline, as LLaMA-Factory joins instruction/input.
-        prompt = cols[0]
-        for c in cols[1:]:
-            sep = pc.if_else(pc.greater(pc.utf8_length(c), 0), "\n", "")
-            prompt = pc.binary_join_element_wise(prompt, sep.cast(pa.large_string()), c, _EMPTY)
-        users = prompt.to_pylist()
-        answers = _column_text(batch, response_field).to_pylist()
+        prompt, answer = _turn_columns(batch, prompt_fields, response_field)
         rows = [[{"role": "user", "content": u}, {"role": "assistant", "content": a}]
-                for u, a in zip(users, answers, strict=True)]
+                for u, a in zip(prompt.to_pylist(), answer.to_pylist(), strict=True)]
     if system_field is not None and batch.schema.get_field_index(system_field) >= 0:
         systems = batch.column(batch.schema.get_field_index(system_field)).to_pylist()
         for r, s in zip(rows, systems, strict=True):

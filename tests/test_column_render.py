@@ -1,0 +1,121 @@
+"""Prompt and response columns rendered by Arrow kernels (``render_column_rows``) give what
+rendering each row's messages gives (``render_chat_rows``): the same texts and errors, and
+the same answer spans but where the old search found an earlier copy of the answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cleanpipe.templating.chat import ChatTemplate
+from cleanpipe.templating.chat_skeleton import PY_WHITESPACE
+from cleanpipe.templating.sequences import (
+    Rendered,
+    chat_rows_from_batch,
+    render_chat_rows,
+    render_column_rows,
+)
+from tests.guard_data import read_t0
+from tests.test_chat_skeleton import _PIECES, _READERS, _TEXTS
+
+
+def _qwen3(root: Path) -> str:
+    cfg = json.loads((root / "tokenizers" / "qwen3" / "tokenizer_config.json").read_text())
+    return cfg["chat_template"]
+
+
+def _both(source: str, batch: pa.RecordBatch, prompt: list[str], response: str,
+          system: str | None = None) -> tuple[Rendered, Rendered, ChatTemplate]:
+    fast = ChatTemplate(source)
+    new = render_column_rows(batch, prompt, response, system, fast)
+    old = render_chat_rows(chat_rows_from_batch(batch, None, prompt, response, system, {}),
+                           ChatTemplate(source))
+    assert new.texts.to_pylist() == old.texts.to_pylist()
+    assert new.errors == old.errors
+    texts = old.texts.to_pylist()
+    answers = batch.column(response).to_pylist()
+    for i, (a, b) in enumerate(zip(new.spans, old.spans, strict=True)):
+        if not a:
+            assert not b
+            continue
+        (s1, e1), last = a[-1], new.last[i]
+        assert last is not None
+        # the new span is the answer as the template wrote it, from the offset in ``last``
+        assert answers[i][last[1]:last[1] + e1 - s1] == texts[i][s1:e1]
+        if a != b:  # the row-by-row search took an earlier copy of the answer or its strip
+            (s0, e0), answer = b[-1], answers[i]
+            assert s0 < s1 and texts[i][s0:e0] in (answer, answer.strip(),
+                                                    answer.lstrip("\n")), (texts[i], a, b)
+        else:
+            assert last == old.last[i]
+    return new, old, fast
+
+
+def test_python_whitespace_is_what_str_strip_removes() -> None:
+    assert PY_WHITESPACE == "".join(c for c in map(chr, range(0x110000)) if c.isspace())
+
+
+def test_qwen3_on_t0_columns(shared_data: Path) -> None:
+    t = read_t0(shared_data / "sft_self_instruct_t0_50k").slice(0, 6000)
+    batch = t.combine_chunks().to_batches()[0]
+    new, old, fast = _both(_qwen3(shared_data), batch, ["prompt"], "completion")
+    assert new.spans == old.spans
+    assert fast.skeletons is not None and fast.skeletons.stats["jinja"] == 0
+    assert fast.skeletons.stats["filled"] >= batch.num_rows - 5
+
+
+def test_an_answer_that_occurs_in_the_template_is_spanned_where_it_was_written(
+        shared_data: Path) -> None:
+    from cleanpipe.stages.context_length import ContextLength
+
+    batch = pa.record_batch({"q": ["Pick a letter", "Pick another"], "a": ["a", "d"]})
+    new, old, _ = _both(_qwen3(shared_data), batch, ["q"], "a")
+    assert new.spans != old.spans  # the search found the a of im_start, the d of im_end
+    stage = ContextLength(tokenizer=str(shared_data / "tokenizers" / "qwen3"), max_length=64,
+                          prompt_fields=["q"], response_field="a")
+    got = stage.render(batch)
+    for text, [(s, e)], answer in zip(got.texts.to_pylist(), got.spans, ["a", "d"],
+                                      strict=True):
+        assert text[s:e] == answer and text[e:] == "<|im_end|>\n"
+
+
+@pytest.mark.parametrize("source", _READERS)
+def test_every_way_of_reading_a_text(source: str) -> None:
+    pairs = [(a, b) for a in _TEXTS for b in _TEXTS]
+    batch = pa.record_batch({"q": [a for a, _ in pairs], "a": [b for _, b in pairs]})
+    _both(source, batch, ["q"], "a")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(*[st.lists(st.sampled_from(_PIECES), max_size=4).map("".join)] * 3),
+                min_size=1, max_size=6))
+def test_qwen3_on_adversarial_columns(shared_data: Path, rows: list) -> None:
+    batch = pa.record_batch({"s": [s for s, _, _ in rows], "q": [q for _, q, _ in rows],
+                             "a": [a for _, _, a in rows]})
+    _both(_qwen3(shared_data), batch, ["q"], "a", "s")
+
+
+def test_two_prompt_fields_and_a_system_column(shared_data: Path) -> None:
+    rows = json.loads((shared_data / "sft_llamafactory_demos" / "alpaca_en_demo.json")
+                      .read_text(encoding="utf-8"))[:300]
+    systems = ["", None, "You are terse.", " \n"]
+    batch = pa.RecordBatch.from_pylist(
+        [{**r, "system": systems[i % len(systems)]} for i, r in enumerate(rows)])
+    new, old, fast = _both(_qwen3(shared_data), batch, ["instruction", "input"], "output",
+                           "system")
+    assert new.spans == old.spans
+    assert fast.skeletons is not None and fast.skeletons.stats["filled"] > 250
+
+
+def test_a_system_column_that_is_not_text_goes_row_by_row(shared_data: Path) -> None:
+    batch = pa.record_batch({"q": ["x", "y"], "a": ["1", "2"], "s": [0, 7]})
+    new, old, fast = _both(_qwen3(shared_data), batch, ["q"], "a", "s")
+    # 0 is no system prompt; 7 is one jinja renders, not being a text
+    assert fast.skeletons is not None and fast.skeletons.stats["jinja"] == 1
+    assert np.array_equal(new.texts.is_null(), old.texts.is_null())
