@@ -416,19 +416,16 @@ class _Skeleton:
     def fill_columns(self, columns: Sequence[pa.Array]) -> tuple[pa.Array, np.ndarray]:
         """:meth:`fill` for every row of ``columns`` at once, and where each part starts
         (characters; one row per part, and one past the last)."""
-        n = len(columns[0])
+        if all(isinstance(p, str) for p in self.part_recipes):
+            raise Unsupported("no message text written")  # nor placed: render() decides
         arrays = [pa.scalar(p, pa.large_string()) if isinstance(p, str) else column(p, columns)
                   for p in self.part_recipes]
-        starts = np.zeros((len(arrays) + 1, n), dtype=np.int64)
+        starts = np.zeros((len(arrays) + 1, len(columns[0])), dtype=np.int64)
         for k, a in enumerate(arrays):
             size = len(a.as_py()) if isinstance(a, pa.Scalar) else pc.utf8_length(a).to_numpy(
                 zero_copy_only=False)
             starts[k + 1] = starts[k] + size
-        if any(isinstance(a, pa.Array) for a in arrays):
-            texts = pc.binary_join_element_wise(*arrays, _EMPTY)
-        else:  # the template writes no message text
-            texts = pa.array(["".join(self.part_recipes)] * n, pa.large_string())  # type: ignore[arg-type]
-        return texts, starts
+        return pc.binary_join_element_wise(*arrays, _EMPTY), starts
 
     def places(self, columns: Sequence[pa.Array], starts: np.ndarray
                ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -500,18 +497,18 @@ class SkeletonRenderer:
         return self._checked(sk, messages, contents, add_generation_prompt)
 
     def render_columns(self, roles: Sequence[str], columns: Sequence[pa.Array], gen: bool
-                       ) -> tuple[list[Filled], np.ndarray]:
+                       ) -> list[Filled]:
         """Conversations of one shape (``roles``), one column of texts per message (large
         strings, no nulls), rendered from skeletons with Arrow kernels: the rows filled,
-        skeleton by skeleton, and the positions of the rows left to :meth:`render` (a
-        skeleton that could not be traced or checked, a question or transformation Arrow
-        cannot answer exactly, a message not written as it is or trimmed)."""
+        skeleton by skeleton. The others are left to :meth:`render` (a skeleton that could
+        not be traced or checked, a question or transformation Arrow cannot answer
+        exactly, a message not written as it is or trimmed)."""
         key = (gen, *roles)
         n = len(columns[0]) if columns else 0
         left = np.arange(n)
         done: list[Filled] = []
         if not columns or any(OPEN in r or CLOSE in r for r in roles):
-            return done, left
+            return done
         while left.size and self.on and not self._given_up(key) \
                 and len(done) < COLUMN_SKELETONS:
             first = [str(c[int(left[0])].as_py()) for c in columns]
@@ -537,7 +534,7 @@ class SkeletonRenderer:
             self.stats["traced"] += traced
             self.stats["filled"] += int(ok.sum()) - traced
             left = left[~ok]
-        return done, left
+        return done
 
     def _checked_rows(self, sk: _Skeleton, roles: Sequence[str], columns: Sequence[pa.Array],
                       texts: pa.Array, gen: bool) -> bool:

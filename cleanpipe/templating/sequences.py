@@ -266,8 +266,7 @@ def render_column_rows(batch: pa.RecordBatch, prompt_fields: list[str], response
                 assert system is not None
                 cols.insert(0, system.take(take).cast(pa.large_string()))
             roles = ("system",) * own_system + ("user", "assistant")
-            filled, _ = renderer.render_columns(roles, cols, gen=False)
-            for f in filled:
+            for f in renderer.render_columns(roles, cols, gen=False):
                 mine = rows[f.rows]
                 texts.append(f.texts)
                 at.append(mine)
