@@ -25,6 +25,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from cleanpipe.templating.chat_skeleton import (
     CLOSE,
     OPEN,
+    Place,
     SkeletonRenderer,
     eligible,
     refuse_traced,
@@ -105,10 +106,17 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Any = None,
                add_generation_prompt: bool = False, **kwargs: Any) -> str:
+        return self.render_placed(messages, tools, add_generation_prompt, **kwargs)[0]
+
+    def render_placed(self, messages: Sequence[Mapping[str, Any]], tools: Any = None,
+                      add_generation_prompt: bool = False, **kwargs: Any
+                      ) -> tuple[str, list[Place | None] | None]:
+        """:meth:`render`, and where each message's text went when a skeleton wrote it
+        (:meth:`SkeletonRenderer.render_placed`; None when jinja rendered it)."""
         try:
             if self.skeletons is not None and tools is None and not kwargs:
-                return self.skeletons.render(messages, add_generation_prompt)
-            return self._jinja(list(messages), add_generation_prompt, tools, **kwargs)
+                return self.skeletons.render_placed(messages, add_generation_prompt)
+            return self._jinja(list(messages), add_generation_prompt, tools, **kwargs), None
         except TemplateError:
             raise
         except Exception as e:  # jinja errors on odd records become a finding, not a crash

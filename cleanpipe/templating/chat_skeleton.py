@@ -51,6 +51,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from operator import itemgetter
 from typing import Any
 
@@ -91,6 +92,9 @@ class Unsupported(Exception):
 # A recipe: ("msg", i) a message's content; ("call", recipe, method, args) a transformed
 # text; ("cat", parts) a concatenation of literal strings and recipes.
 Recipe = tuple[Any, ...]
+#: Where a message's text went in a rendering: start and end of what the template wrote of
+#: it, and how many of its first characters that leaves out (a ``strip``).
+Place = tuple[int, int, int]
 
 _QUESTIONS = ("startswith", "endswith", "find", "rfind", "count", "isspace", "isdigit",
               "isalpha", "isalnum", "isupper", "islower")
@@ -405,6 +409,19 @@ class _Skeleton:
             self.parts.append(output[pos:])
             self.part_recipes.append(output[pos:])
         self.fills = 0
+        #: per message, the part that writes its text and that part's recipe, where the
+        #: text is written once, as it is or trimmed (else None: searched for instead)
+        self.placements = [self._placement(i) for i in range(len(tracer.contents))]
+
+    def _placement(self, i: int) -> tuple[int, Recipe] | None:
+        at = [k for k, p in enumerate(self.part_recipes)
+              if not isinstance(p, str) and _mentions(p, i)]
+        recipe = self.part_recipes[at[0]] if len(at) == 1 else None
+        if recipe == ("msg", i) or (
+                isinstance(recipe, tuple) and recipe[0] == "call" and recipe[1] == ("msg", i)
+                and recipe[2] in _TRIMS and len(recipe[3]) <= 1):
+            return at[0], recipe
+        return None
 
     def holds_columns(self, columns: Sequence[pa.Array]) -> np.ndarray:
         """:meth:`holds` for every row of ``columns`` (one per message) at once."""
@@ -429,26 +446,20 @@ class _Skeleton:
 
     def places(self, columns: Sequence[pa.Array], starts: np.ndarray
                ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Where each message's text went, per row: start and end of what the template
-        wrote of it, and how many of its first characters that leaves out. Only for
-        messages written once, as they are or trimmed (:class:`Unsupported` otherwise)."""
+        """Each message's :data:`Place` in every row, as three arrays; only for messages
+        written once, as they are or trimmed (:class:`Unsupported` otherwise)."""
         out = []
         for i, values in enumerate(columns):
-            at = [k for k, p in enumerate(self.part_recipes)
-                  if not isinstance(p, str) and _mentions(p, i)]
-            recipe = self.part_recipes[at[0]] if len(at) == 1 else None
-            if recipe == ("msg", i):
-                skipped = np.zeros(len(values), dtype=np.int64)
-            elif recipe is not None and recipe[0] == "call" and recipe[1] == ("msg", i) \
-                    and recipe[2] in ("strip", "lstrip", "rstrip"):
-                skipped = np.zeros(len(values), dtype=np.int64)
-                if recipe[2] != "rstrip":
-                    left = column(("call", recipe[1], "lstrip", recipe[3]), columns)
-                    skipped = (pc.utf8_length(values).to_numpy(zero_copy_only=False)
-                               - pc.utf8_length(left).to_numpy(zero_copy_only=False))
-            else:
-                raise Unsupported(f"message {i} written {len(at)} times or transformed")
-            out.append((starts[at[0]], starts[at[0] + 1], skipped))
+            placed = self.placements[i]
+            if placed is None:
+                raise Unsupported(f"message {i} not written once as it is or trimmed")
+            k, recipe = placed
+            skipped = np.zeros(len(values), dtype=np.int64)
+            if recipe[0] == "call" and recipe[2] != "rstrip":
+                left = column(("call", recipe[1], "lstrip", recipe[3]), columns)
+                skipped = (pc.utf8_length(values).to_numpy(zero_copy_only=False)
+                           - pc.utf8_length(left).to_numpy(zero_copy_only=False))
+            out.append((starts[k], starts[k + 1], skipped))
         return out
 
     def holds(self, contents: Sequence[str]) -> bool:
@@ -457,8 +468,23 @@ class _Skeleton:
                 return False
         return True
 
-    def fill(self, contents: Sequence[str]) -> str:
-        return "".join([p if type(p) is str else p(contents) for p in self.parts])
+    def fill_placed(self, contents: Sequence[str]) -> tuple[str, list[Place | None]]:
+        """The rendering of ``contents``, and each message's :data:`Place` in it (None
+        where :attr:`placements` has none)."""
+        pieces = [p if type(p) is str else p(contents) for p in self.parts]
+        starts = list(accumulate(map(len, pieces), initial=0))
+        places: list[Place | None] = []
+        for i, placed in enumerate(self.placements):
+            if placed is None:
+                places.append(None)
+                continue
+            k, recipe = placed
+            skipped = 0
+            if recipe[0] == "call" and recipe[2] != "rstrip":
+                text = contents[i]
+                skipped = len(text) - len(text.lstrip(*recipe[3]))
+            places.append((starts[k], starts[k + 1], skipped))
+        return "".join(pieces), places
 
 
 class SkeletonRenderer:
@@ -482,19 +508,32 @@ class SkeletonRenderer:
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool
                ) -> str:
+        return self.render_placed(messages, add_generation_prompt)[0]
+
+    def render_placed(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool
+                      ) -> tuple[str, list[Place | None] | None]:
+        """:meth:`render`, and where a skeleton wrote each message's text
+        (:meth:`_Skeleton.fill_placed`; None where jinja rendered the conversation)."""
         key = self._shape(messages, add_generation_prompt)
         if key is None or not self.on or self._given_up(key):
-            return self._jinja(messages, add_generation_prompt)
+            return self._jinja(messages, add_generation_prompt), None
         contents = [m["content"] for m in messages]
-        for sk in self.skeletons.get(key, ()):
-            if sk.holds(contents):
-                self.stats["filled"] += 1
-                return self._checked(sk, messages, contents, add_generation_prompt)
-        sk = self._trace(key, contents, add_generation_prompt)
+        sk = next((s for s in self.skeletons.get(key, ()) if s.holds(contents)), None)
         if sk is None:
-            return self._jinja(messages, add_generation_prompt)
-        self.stats["traced"] += 1
-        return self._checked(sk, messages, contents, add_generation_prompt)
+            sk = self._trace(key, contents, add_generation_prompt)
+            if sk is None:
+                return self._jinja(messages, add_generation_prompt), None
+            self.stats["traced"] += 1
+        else:
+            self.stats["filled"] += 1
+        text, places = sk.fill_placed(contents)
+        if sk.fills < CHECKED_FILLS:
+            sk.fills += 1
+            want = self.plain(list(messages), add_generation_prompt)
+            if want != text:
+                self.on = False
+                return want, None
+        return text, places
 
     def render_columns(self, roles: Sequence[str], columns: Sequence[pa.Array], gen: bool
                        ) -> list[Filled]:
@@ -538,8 +577,9 @@ class SkeletonRenderer:
 
     def _checked_rows(self, sk: _Skeleton, roles: Sequence[str], columns: Sequence[pa.Array],
                       texts: pa.Array, gen: bool) -> bool:
-        """:meth:`_checked` for the first rows a skeleton fills at once: False (and the
-        skeletons off) if jinja disagrees."""
+        """The first rows a skeleton fills at once checked against jinja, as
+        :meth:`render_placed` checks them: False (and the skeletons off) if jinja
+        disagrees."""
         for r in range(min(CHECKED_FILLS - sk.fills, len(texts))):
             msgs = [{"role": role, "content": c[r].as_py()} for role, c in zip(roles, columns,
                                                                               strict=True)]
@@ -562,17 +602,6 @@ class SkeletonRenderer:
         # answer, say) stops paying for the attempt; a few odd texts do not stop it
         failed, tried = self.refused.get(key, (0, 0))
         return failed >= 8 and 2 * failed > tried
-
-    def _checked(self, sk: _Skeleton, messages: Sequence[Mapping[str, Any]],
-                 contents: list[str], gen: bool) -> str:
-        text = sk.fill(contents)
-        if sk.fills < CHECKED_FILLS:
-            sk.fills += 1
-            want = self.plain(list(messages), gen)
-            if want != text:
-                self.on = False
-                return want
-        return text
 
     @staticmethod
     def _shape(messages: Sequence[Mapping[str, Any]], gen: bool) -> tuple[Any, ...] | None:

@@ -166,7 +166,8 @@ _THINK = re.compile(r"</think>")
 
 def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
                      tools: list | None = None) -> Rendered:
-    """Render each conversation and locate its assistant turns in the rendered string."""
+    """Render each conversation and locate its assistant turns in the rendered string:
+    where the template wrote them when a skeleton filled the row, else by searching."""
     texts: list[str | None] = []
     spans: list[list[tuple[int, int]]] = []
     last: list[tuple[int, int] | None] = []
@@ -176,7 +177,7 @@ def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
         try:
             if not msgs:
                 raise TemplateError("no messages")
-            text = template.render(msgs, tools=tools[i] if tools else None)
+            text, placed = template.render_placed(msgs, tools=tools[i] if tools else None)
         except TemplateError as e:
             texts.append(None)
             spans.append([])
@@ -186,11 +187,14 @@ def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
         cursor, row_spans, row_last, err = 0, [], None, None
         for j, m in enumerate(msgs):
             content = m.get("content") or ""
+            where = placed[j] if placed is not None else None
             if m.get("role") == "assistant" and _THINK.search(content):
                 # Templates that split reasoning from the answer re-emit both parts; the
                 # supervised text is everything after the opening of the turn.
                 content = content.split("</think>")[-1]
-            where = _locate(text, content, cursor)
+                where = None
+            if where is None:
+                where = _locate(text, content, cursor)
             if where is None:
                 err = f"turn {j} ({m.get('role')}) not found in the rendered template"
                 break
@@ -227,9 +231,8 @@ def render_column_rows(batch: pa.RecordBatch, prompt_fields: list[str], response
     (:meth:`~cleanpipe.templating.chat_skeleton.SkeletonRenderer.render_columns`); the
     rows that cannot be go through :func:`render_chat_rows`.
 
-    An answer's span is where the template wrote it, and not, as :func:`render_chat_rows`
-    finds it, its first copy after the previous turn: an answer ``a`` is no longer taken
-    to be the ``a`` of the template's ``<|im_start|>assistant``.
+    An answer's span is where the template wrote it, as :func:`render_chat_rows` gives it
+    for a row a skeleton filled.
 
         >>> from cleanpipe.templating.chat import ChatTemplate
         >>> t = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}"
