@@ -263,11 +263,12 @@ def render_column_rows(batch: pa.RecordBatch, prompt_fields: list[str], response
             rows = np.flatnonzero(plain & (with_system == own_system))
             if not rows.size:
                 continue
-            take = pa.array(rows)
-            cols = [user.take(take), answer.take(take)]
+            cols = [user, answer]
             if own_system:
                 assert system is not None
-                cols.insert(0, system.take(take).cast(pa.large_string()))
+                cols.insert(0, system.cast(pa.large_string()))
+            if rows.size < n:  # a shape of all rows (the usual case) needs no copy
+                cols = [c.take(pa.array(rows)) for c in cols]
             roles = ("system",) * own_system + ("user", "assistant")
             for f in renderer.render_columns(roles, cols, gen=False):
                 mine = rows[f.rows]
