@@ -2,8 +2,9 @@
 
 numba's default cache sits next to the source (``__pycache__`` inside site-packages), which
 a read-only install (a container image, a system package, a shared venv) cannot write, so
-every run compiles again. Before any kernel module defines its ``@njit(cache=True)``
-functions it imports this module, which points ``numba.config.CACHE_DIR`` at
+every run compiles again. Before the kernels become numba dispatchers
+(:func:`cleanpipe.precompiled.njit`) this module is imported, which points
+``numba.config.CACHE_DIR`` at
 ``$XDG_CACHE_HOME/cleanpipe/numba`` (or ``~/.cache/cleanpipe/numba``). A ``NUMBA_CACHE_DIR``
 the user set is kept as it is. If the directory cannot be created, numba falls back to its
 own locators, so caching degrades but nothing fails.

@@ -28,6 +28,11 @@ on first use for this CPU and cached per user (:mod:`cleanpipe.numba_cache`), wh
 itself on inputs that size.
 ``CLEANPIPE_PRECOMPILED=0`` switches the twins off, ``generic`` the host twins (:func:`mode`).
 
+Choosing a twin needs no numba: the build records each twin's argument types, and a call's
+are read from its numpy arrays and Python numbers (:func:`arg_type`). The kernel modules mark
+their functions with this module's :func:`njit`, which imports numba (~0.25 s, before any
+kernel runs) only when a JIT is needed, so a run that the twins serve never imports it.
+
     >>> import numpy as np
     >>> from cleanpipe.dedup import kernels
     >>> kernels.union_find(3, np.array([0]), np.array([2])).tolist()
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -46,10 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import llvmlite.binding as llvm
-import numba
 import numpy as np
-from numba.core import sigutils, types, typing
 
 PACKAGE = Path(__file__).resolve().parent
 MODULE = "_precompiled"
@@ -64,25 +67,110 @@ KERNEL_MODULES = ("cleanpipe.dedup.kernels", "cleanpipe.dedup.part_kernels",
 SMALL_BYTES = 16 << 20
 """Array bytes a process hands one kernel's twin before it compiles the kernel instead."""
 
+#: an argument's type as the JIT would infer it, in numpy's words: ``("array", dtype, ndim,
+#: layout)`` or ``("scalar", dtype)``
+ArgType = tuple[Any, ...]
+
 _KERNELS: dict[str, Kernel] = {}
+_JITS: list[Jit] = []
 # the loaded extension modules (generic, host), False if unusable, None before looking
 _twins: dict[bool, Any] = {False: None, True: None}
+# each loaded module's argument types per exported name (:func:`arg_type`), from its build
+_twin_args: dict[bool, dict[str, list[ArgType]]] = {False: {}, True: {}}
+
+
+
+class Jit:
+    """A function for numba's ``njit`` with ``options``, compiled only when called: numba
+    (~0.25 s to import) is imported then, not when a kernel module is.
+
+    A kernel module marks its functions with :func:`njit` instead of numba's. Its exported
+    kernels (:func:`ahead_of_time`) mostly run their twins, so a run with usable twins never
+    imports numba. The first time any of these functions is called (or a kernel's JIT is
+    needed) they all become numba dispatchers at once, and the kernel modules' globals that
+    held them now hold the dispatchers: numba resolves a called function through the caller's
+    globals when it compiles, and needs a dispatcher there.
+    """
+
+    def __init__(self, func: Callable[..., Any], options: dict[str, Any]) -> None:
+        self.func = func
+        self.options = options
+        self._dispatcher: Any = None
+
+    @property
+    def dispatcher(self) -> Any:
+        """The numba dispatcher (every marked function's made the first time one is asked)."""
+        if self._dispatcher is None:
+            _jit_all()
+        return self._dispatcher
+
+    def loaded(self) -> Any:
+        """The dispatcher if it was made already, else ``None`` (imports nothing)."""
+        return self._dispatcher
+
+    def __call__(self, *args: Any) -> Any:
+        return self.dispatcher(*args)
+
+
+def njit(**options: Any) -> Callable[[Callable[..., Any]], Jit]:
+    """numba's ``njit(**options)``, deferred (:class:`Jit`).
+
+        >>> double = njit(cache=False)(lambda x: 2 * x)
+        >>> isinstance(double, Jit), double.loaded() is None
+        (True, True)
+    """
+    def wrap(func: Callable[..., Any]) -> Jit:
+        jit = Jit(func, options)
+        _JITS.append(jit)
+        return jit
+    return wrap
+
+
+def _jit_all() -> None:
+    """Make every marked function a numba dispatcher, and put the dispatchers in place of
+    the :class:`Jit` objects in their modules' globals (see :class:`Jit`)."""
+    import numba
+
+    from cleanpipe import numba_cache  # noqa: F401  (before any njit: the cache folder)
+
+    for jit in _JITS:
+        if jit._dispatcher is None:
+            jit._dispatcher = numba.njit(**jit.options)(jit.func)
+    for scope in {id(j.func.__globals__): j.func.__globals__ for j in _JITS}.values():
+        for name, value in list(scope.items()):
+            if isinstance(value, Jit):
+                scope[name] = value.dispatcher
 
 
 class Kernel:
-    """A numba dispatcher that hands small calls to its ahead-of-time twin."""
+    """A kernel (a :class:`Jit`) that hands its calls to an ahead-of-time twin where one
+    fits, else to numba's JIT."""
 
-    def __init__(self, dispatcher: Any, signatures: tuple[str, ...]) -> None:
-        self.dispatcher = dispatcher
+    def __init__(self, jit: Jit, signatures: tuple[str, ...]) -> None:
+        self.jit = jit
         self.signatures = signatures
-        func = dispatcher.py_func
+        func = jit.func
         self.name = f"{func.__module__.rsplit('.', 1)[-1].lstrip('_')}__{func.__name__}"
         self._params = inspect.signature(func)
         self.__doc__ = func.__doc__
         self.__name__ = func.__name__
         self.__wrapped__ = func
         self._twin_bytes = 0
-        self._types: dict[bool, list[tuple[Any, ...]]] | None = None
+        self._dispatcher: Any = None
+
+    @property
+    def dispatcher(self) -> Any:
+        """The JIT's numba dispatcher (imports numba); tests may set another in its place."""
+        return self._dispatcher if self._dispatcher is not None else self.jit.dispatcher
+
+    @dispatcher.setter
+    def dispatcher(self, value: Any) -> None:
+        self._dispatcher = value
+
+    def _jit_compiled(self) -> bool:
+        """Whether the JIT compiled this kernel already in this process (imports nothing)."""
+        d = self._dispatcher if self._dispatcher is not None else self.jit.loaded()
+        return d is not None and bool(d.overloads)
 
     def twin_names(self) -> list[str]:
         """Exported names of the twins, one per signature."""
@@ -90,8 +178,20 @@ class Kernel:
 
     def host_signatures(self) -> list[Any]:
         """The signatures of the host twins: the declared ones with C-contiguous arrays."""
+        from numba.core import sigutils, typing
+
         return [typing.signature(ret, *map(_contiguous, params))
                 for params, ret in map(sigutils.normalize_signature, self.signatures)]
+
+    def arg_types(self, *, host: bool) -> dict[str, list[ArgType]]:
+        """Each twin's argument types (:data:`ArgType`), by exported name, for the build to
+        record (numba parses the signatures; a run then needs no numba to check a call)."""
+        from numba.core import sigutils
+
+        sigs = ([s.args for s in self.host_signatures()] if host
+                else [sigutils.normalize_signature(s)[0] for s in self.signatures])
+        return {name: [numba_arg_type(t) for t in params]
+                for name, params in zip(self.twin_names(), sigs, strict=True)}
 
     def twin(self, *args: Any, host: bool = False) -> Any:
         """Call the ahead-of-time twin, the host one with ``host`` (``LookupError`` when
@@ -105,18 +205,13 @@ class Kernel:
         # A compiled twin does not check what it is given (an int32 array read as int64
         # crashes, a strided one read as contiguous reads wrong bytes): call it only with
         # the types the JIT would infer for the same signature.
-        got = [numba.typeof(a) for a in bound.args]
-        for name, want in zip(self.twin_names(), self._arg_types(host), strict=True):
-            if len(got) == len(want) and all(map(_fits, got, want)):
+        got = [arg_type(a) for a in bound.args]
+        built = _twin_args[host]
+        for name in self.twin_names():
+            want = built.get(name)
+            if want is not None and len(got) == len(want) and all(map(_fits, got, want)):
                 return getattr(mod, name)(*bound.args)
         raise LookupError(f"{self.name}: no precompiled signature fits these arguments")
-
-    def _arg_types(self, host: bool) -> list[tuple[Any, ...]]:
-        if self._types is None:  # parsed once: a kernel may be called per row group
-            self._types = {False: [sigutils.normalize_signature(s)[0]
-                                   for s in self.signatures],
-                           True: [s.args for s in self.host_signatures()]}
-        return self._types[host]
 
     def __call__(self, *args: Any) -> Any:
         how = mode()
@@ -132,7 +227,7 @@ class Kernel:
         # SMALL_BYTES, or the JIT version is compiled anyway, compiling pays for itself.
         size = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
         if (how in ("auto", "generic") and self._twin_bytes + size <= SMALL_BYTES
-                and not self.dispatcher.overloads):
+                and not self._jit_compiled()):
             try:
                 out = self.twin(*args)
             except LookupError:
@@ -143,25 +238,60 @@ class Kernel:
         return self.dispatcher(*args)
 
 
-def _fits(got: Any, want: Any) -> bool:
+def arg_type(value: Any) -> ArgType | None:
+    """The type numba's ``typeof`` gives ``value``, as an :data:`ArgType`; ``None`` for
+    what no twin takes.
+
+        >>> arg_type(np.zeros((2, 3), np.uint32)[:, ::2]), arg_type(7), arg_type(np.bool_(1))
+        (('array', 'uint32', 2, 'A'), ('scalar', 'int64'), ('scalar', 'bool'))
+    """
+    if isinstance(value, np.ndarray):
+        flags = value.flags
+        layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+        return ("array", str(value.dtype), value.ndim, layout)
+    if isinstance(value, bool | np.bool_):
+        return ("scalar", "bool")
+    if isinstance(value, int):
+        return ("scalar", "int64" if -(1 << 63) <= value < (1 << 63) else "uint64")
+    if isinstance(value, float):
+        return ("scalar", "float64")
+    if isinstance(value, np.generic):
+        return ("scalar", str(value.dtype))
+    return None
+
+
+def numba_arg_type(t: Any) -> ArgType:
+    """numba's type ``t`` as an :data:`ArgType` (what the build records)."""
+    from numba.core import types
+    from numba.np.numpy_support import as_dtype
+
+    if isinstance(t, types.Array):
+        return ("array", str(as_dtype(t.dtype)), t.ndim, t.layout)
+    return ("scalar", str(as_dtype(t)))
+
+
+def _fits(got: ArgType | None, want: ArgType) -> bool:
     """An argument typed ``got`` (as the JIT types it) fits the declared type ``want``."""
-    if isinstance(want, types.Array):
+    if got is None:
+        return False
+    if want[0] == "array":
         # layout "A" takes any layout, "C" (host twins) only C-contiguous arrays; read-only
         # inputs are only read
-        return (isinstance(got, types.Array) and got.dtype == want.dtype
-                and got.ndim == want.ndim and want.layout in ("A", got.layout))
+        return got[:3] == want[:3] and want[3] in ("A", got[3])
     return got == want
 
 
 def _contiguous(t: Any) -> Any:
     """``t`` with layout "C" where it is an array type."""
+    from numba.core import types
+
     return t.copy(layout="C") if isinstance(t, types.Array) else t
 
 
-def ahead_of_time(*signatures: str) -> Callable[[Any], Kernel]:
-    """Mark a ``@njit`` kernel for the ahead-of-time build, with its numba signature(s)."""
-    def wrap(dispatcher: Any) -> Kernel:
-        k = Kernel(dispatcher, signatures)
+def ahead_of_time(*signatures: str) -> Callable[[Jit], Kernel]:
+    """Mark an :func:`njit` kernel for the ahead-of-time build, with its numba signature(s)."""
+    def wrap(jit: Jit) -> Kernel:
+        k = Kernel(jit, signatures)
         _KERNELS[k.name] = k
         return k
     return wrap
@@ -178,7 +308,8 @@ def mode() -> str:
 
 def fingerprint(files: list[str]) -> dict[str, Any]:
     """What a build depends on: numba's version and the kernel source files' hashes."""
-    return {"numba": numba.__version__, "numpy": np.__version__.split(".")[0],
+    # numba's version from its metadata: importing numba only to read it costs ~0.25 s
+    return {"numba": importlib.metadata.version("numba"), "numpy": np.__version__.split(".")[0],
             "files": {f: hashlib.sha256((PACKAGE / f).read_bytes()).hexdigest()
                       if (PACKAGE / f).is_file() else None for f in sorted(files)}}
 
@@ -196,6 +327,8 @@ LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 def cpu_features() -> frozenset[str]:
     """The features LLVM (so numba's JIT) finds on this CPU; none where it cannot tell."""
+    import llvmlite.binding as llvm  # ~35 ms, a tenth of numba's import
+
     try:
         return frozenset(k for k, on in llvm.get_host_cpu_features().items() if on)
     except RuntimeError:
@@ -238,10 +371,13 @@ def load_twins(*, host: bool = False, again: bool = False) -> Any:
             built = json.loads((HOST_FINGERPRINT if host else FINGERPRINT)
                                .read_text(encoding="utf-8"))
             level = built.pop("level", None) if host else None
+            args = built.pop("args")
             if fingerprint(list(built["files"])) == built and (not host or (
                     level is not None and runs_here(level))):
                 _twins[host] = importlib.import_module(
                     f"cleanpipe.{HOST_MODULE if host else MODULE}")
+                _twin_args[host] = {name: [tuple(a) for a in types]
+                                    for name, types in args.items()}
         except (OSError, ValueError, KeyError, ImportError):
             pass
     return _twins[host]
@@ -259,6 +395,7 @@ def build(output_dir: Path = PACKAGE, *, host: bool = False) -> Path:
     for m in KERNEL_MODULES:
         files.append(str(Path(importlib.import_module(m).__file__).resolve()
                          .relative_to(PACKAGE)))
+    _jit_all()  # pycc compiles the kernels' functions: what they call must be dispatchers
     built: dict[str, Any] = fingerprint(files)
     cc = CC(HOST_MODULE if host else MODULE)
     cc.output_dir = str(output_dir)
@@ -268,10 +405,12 @@ def build(output_dir: Path = PACKAGE, *, host: bool = False) -> Path:
             raise LookupError("this CPU is below x86-64-v2: no host twins")
         built["level"] = level
         cc.target_cpu = level
+    built["args"] = {}
     for k in _KERNELS.values():
         sigs = k.host_signatures() if host else k.signatures
         for name, sig in zip(k.twin_names(), sigs, strict=True):
-            cc.export(name, sig)(k.dispatcher.py_func)
+            cc.export(name, sig)(k.jit.func)
+        built["args"].update(k.arg_types(host=host))
     cc.compile()
     (output_dir / (HOST_FINGERPRINT if host else FINGERPRINT).name).write_text(
         json.dumps(built, indent=1), encoding="utf-8")

@@ -171,6 +171,43 @@ def test_byte_scan_twin_equals_jit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert any(b.any() for b in got["only"])  # the scans do fire on these
 
 
+@pytest.mark.parametrize("value", [
+    np.zeros(3, np.uint8), np.zeros((2, 3), np.uint32), np.zeros((3, 2), np.int64).T,
+    np.zeros((4, 4), np.uint64)[:, ::2], np.arange(6, dtype=np.int64)[::2],
+    np.zeros(0, np.bool_), np.zeros(3, np.float64)[1:], np.array(5, np.int8),
+    0, -7, (1 << 63) - 1, -(1 << 63), 1 << 63, (1 << 64) - 1, True,
+    np.bool_(False), 0.5, np.int32(3), np.uint64(9), np.float32(1.5), np.int64(-2),
+])
+def test_arg_type_is_what_numba_infers(value: object) -> None:
+    """A twin is chosen without numba: the argument's type must be numba's own inference,
+    or an int32 array would go to an int64 twin (which reads past it)."""
+    import numba
+
+    assert precompiled.arg_type(value) == precompiled.numba_arg_type(numba.typeof(value))
+
+
+def test_arg_type_refuses_what_no_twin_takes() -> None:
+    assert precompiled.arg_type([1, 2]) is None and precompiled.arg_type("x") is None
+    assert not precompiled._fits(None, ("scalar", "int64"))
+    # numba takes no byte-swapped array at all; no twin may take one for uint32
+    assert not precompiled._fits(precompiled.arg_type(np.zeros(3, ">u4")),
+                                 ("array", "uint32", 1, "A"))
+
+
+def test_build_records_the_signatures_numba_parses(twins: object) -> None:
+    """The argument types a run checks calls against are those of the signatures the
+    twins were compiled for."""
+    for host, stamp in ((False, precompiled.FINGERPRINT), (True, precompiled.HOST_FINGERPRINT)):
+        recorded = json.loads(stamp.read_text(encoding="utf-8"))["args"]
+        want: dict[str, list[list[object]]] = {}
+        for k in precompiled._KERNELS.values():
+            want.update({name: [list(t) for t in types]
+                         for name, types in k.arg_types(host=host).items()})
+        assert recorded == want
+        assert any(t[0] == "array" and t[3] == ("C" if host else "A")
+                   for types in recorded.values() for t in types)
+
+
 def test_only_mode_fails_loudly_on_unfit_arguments() -> None:
     # int32 offsets fit no exported signature: "only" must say so, never guess
     with pytest.raises(LookupError, match="no precompiled signature"):

@@ -12,10 +12,8 @@ numba widens uint32 operands, and the explicit mask makes the wraparound intende
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
-from cleanpipe.precompiled import ahead_of_time
+from cleanpipe.precompiled import ahead_of_time, njit
 
 MASK32 = np.uint64(0xFFFFFFFF)
 _P1 = np.uint64(2654435761)

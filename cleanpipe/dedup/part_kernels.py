@@ -38,11 +38,9 @@ code line) without merging a replaced question, whether asked with ``?`` or not.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
 from cleanpipe.dedup.kernels import MODE_WORD, sort_unique, sorted_common, xxh32
-from cleanpipe.precompiled import ahead_of_time
+from cleanpipe.precompiled import ahead_of_time, njit
 
 HEADER = 3
 #: words of a sentence, and of what a longer one adds to it, from which the longer one

@@ -1,18 +1,16 @@
 """The compiled kernel of :class:`~cleanpipe.text.byte_scan.ByteScan`, in a module of its
-own so that numba is imported (and the kernel loaded from its cache) only when a stage first
-scans, not when it is imported.
+own so that it loads only when a stage first scans, not when the stage is imported (and numba
+only where no ahead-of-time twin fits: :mod:`cleanpipe.precompiled`).
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from cleanpipe import numba_cache  # noqa: F401  (before any @njit: cache folder)
-from cleanpipe.precompiled import ahead_of_time
+from cleanpipe.precompiled import ahead_of_time, njit
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _byte_bits(data, p, end, lead, lo, hi, gbit, run_b, trail_b, blank_b):  # pragma: no cover
     # The bits byte ``p`` (in a string ending at ``end``) proves.
     one = np.int64(1)
@@ -54,7 +52,7 @@ def _byte_bits(data, p, end, lead, lo, hi, gbit, run_b, trail_b, blank_b):  # pr
     return bits
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _zero_bytes(x):  # pragma: no cover - compiled
     # High bit set in exactly the bytes of ``x`` that are zero.
     lo7 = np.uint64(0x7F7F7F7F7F7F7F7F)
@@ -63,7 +61,7 @@ def _zero_bytes(x):  # pragma: no cover - compiled
 
 @ahead_of_time("void(u1[:], u8[:], i8[:], b1[:], i8[:], i8[:], i8[:], i8, i8, i8, b1,"
                " b1, b1, i8[:], i8[:])")
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def scan(data, words, offsets, lead, lo, hi, gbit, run_b, trail_b, blank_b, wide, controls,
           del_lead, ascii_leads, out):  # pragma: no cover - compiled
     # Eight bytes at a time (SWAR): a few integer operations tell whether a word can hold
