@@ -110,3 +110,41 @@ def test_a_system_column_that_is_not_text_goes_row_by_row(shared_data: Path) -> 
     # 0 is no system prompt; 7 is one jinja renders, not being a text
     assert fast.skeletons is not None and fast.skeletons.stats["jinja"] == 1
     assert np.array_equal(new.texts.is_null(), old.texts.is_null())
+
+
+_SHORT = ["a", "d", "t", "s", "e", "m", "n", "<", "|", "\n", "_", "中", "assistant", "user"]
+
+
+def test_rows_jinja_renders_get_the_span_where_the_answer_was_written(
+        shared_data: Path) -> None:
+    """A skeleton places each answer where it wrote it; jinja cannot say, and searching
+    after the prompt took the first copy of a short answer, in the template's own text
+    (the a of <|im_start|>, or a word of a tool's schema). Rows jinja renders (tools, or
+    no skeletons) now get the places a marked rendering gives: those of the skeletons."""
+    source = _qwen3(shared_data)
+    convs = [[{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+             for q in ["Pick one", "", "a user asks", "中文"] for a in _SHORT]
+    placed = render_chat_rows(convs, ChatTemplate(source))
+    searched = render_chat_rows(convs, ChatTemplate(source, skeletons=False))
+    assert searched.texts.to_pylist() == placed.texts.to_pylist()
+    assert searched.spans == placed.spans and searched.last == placed.last
+    tool = {"type": "function", "function": {"name": "pick", "description": "a tool",
+                                             "parameters": {"type": "object"}}}
+    with_tools = render_chat_rows(convs, ChatTemplate(source), tools=[[tool]] * len(convs))
+    for text, [(s, e)], conv in zip(with_tools.texts.to_pylist(), with_tools.spans, convs,
+                                    strict=True):
+        answer = conv[1]["content"]
+        assert "pick" in text and text[s:e] == answer.strip() and \
+            text[e:] == "<|im_end|>\n", (answer, text[s - 30:e + 12])
+
+
+def test_a_template_that_reads_the_contents_keeps_the_search() -> None:
+    """The marked rendering differs where a template looks at a content (here its length):
+    then the answer is searched for as before, and the row still renders."""
+    t = ChatTemplate("{% for m in messages %}<{{ m.content | length }}>{{ m.content }}"
+                     "{% endfor %}", skeletons=False)
+    got = render_chat_rows([[{"role": "user", "content": "1"},
+                             {"role": "assistant", "content": "1"}]], t)
+    assert got.texts.to_pylist() == ["<1>1<1>1"] and got.errors == [None]
+    # the search's places, as before: the user's 1 in the first <1>, the answer after it
+    assert got.spans == [[(3, 4)]]

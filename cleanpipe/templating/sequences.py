@@ -144,6 +144,13 @@ def render_template_batch(batch: pa.RecordBatch, template: str, response: str,
     return Rendered(texts, spans, last, [None] * n)
 
 
+def _forms(content: str) -> list[tuple[int, str]]:
+    """The forms a template may write ``content`` in, as it is first, then trimmed (or with
+    its leading newlines trimmed): ``(offset of the form inside content, form)``."""
+    return [(0, content), (len(content) - len(content.lstrip()), content.strip()),
+            (len(content) - len(content.lstrip("\n")), content.lstrip("\n"))]
+
+
 def _locate(text: str, content: str, cursor: int) -> tuple[int, int, int] | None:
     """Where ``content`` (or its form after the template's strip) lies at/after ``cursor``.
 
@@ -151,14 +158,69 @@ def _locate(text: str, content: str, cursor: int) -> tuple[int, int, int] | None
     """
     if not content:
         return cursor, cursor, 0
-    for offset, form in ((0, content), (len(content) - len(content.lstrip()), content.strip()),
-                         (len(content) - len(content.lstrip("\n")), content.lstrip("\n"))):
+    for offset, form in _forms(content):
         if not form:
             return cursor, cursor, offset
         i = text.find(form, cursor)
         if i >= 0:
             return i, i + len(form), offset
     return None
+
+
+#: stands for message ``j``'s content in :func:`_marked_places` (private-use code points)
+_MARK = "\ue000{}\ue001"
+
+
+def _marked_places(template: ChatTemplate, msgs: list[dict], tools: object,
+                   text: str) -> list[tuple[int, int, int]] | None:
+    """Where the template wrote each message of ``msgs`` in ``text`` (their rendering), for
+    a row jinja rendered: ``(start, end, offset)`` per message, as :func:`_locate` gives.
+
+    jinja cannot say where it wrote a value, and a search takes the first copy of a short
+    answer, maybe one in the template's own text (the ``a`` of ``<|im_start|>``). So the
+    conversation is rendered again with each content replaced by a marker, and the places
+    are read off that rendering: kept only if the text between the markers is the same and
+    each marker stands for one form of its content (as written, or trimmed), i.e. the
+    template did not look at the contents. Else ``None``.
+
+        >>> t = ChatTemplate("{% for m in messages %}<|im_start|>{{ m.role }}\\n"
+        ...                  "{{ m.content }}<|im_end|>{% endfor %}", skeletons=False)
+        >>> msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}]
+        >>> text = t.render(msgs)
+        >>> _locate(text, "a", 19), _marked_places(t, msgs, None, text)
+        ((36, 37, 0), [(17, 19, 0), (51, 52, 0)])
+    """
+    marks = [_MARK.format(j) for j in range(len(msgs))]
+    try:
+        marked = template.render([{**m, "content": mk} for m, mk in zip(msgs, marks,
+                                                                         strict=True)],
+                                 tools=tools)
+    except TemplateError:
+        return None
+    cuts = [marked.find(mk) for mk in marks]
+    if min(cuts, default=0) < 0 or any(marked.count(mk) != 1 for mk in marks) or \
+            cuts != sorted(cuts):
+        return None
+    # the template's own text: before the first marker, between two, after the last
+    between, prev = [], 0
+    for cut, mk in zip(cuts, marks, strict=True):
+        between.append(marked[prev:cut])
+        prev = cut + len(mk)
+    between.append(marked[prev:])
+    places = []
+    at = len(between[0])
+    if not text.startswith(between[0]):
+        return None
+    for m, after in zip(msgs, between[1:], strict=True):
+        content = m.get("content") or ""
+        for offset, form in _forms(content):
+            if text.startswith(form, at) and text.startswith(after, at + len(form)):
+                places.append((at, at + len(form), offset))
+                at += len(form) + len(after)
+                break
+        else:
+            return None
+    return places if at == len(text) else None
 
 
 _THINK = re.compile(r"</think>")
@@ -195,6 +257,16 @@ def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
                 where = None
             if where is None:
                 where = _locate(text, content, cursor)
+                if where is not None and placed is None and where[1] > where[0] and \
+                        text.find(text[where[0]:where[1]], where[0] + 1) >= 0 and \
+                        not any(_THINK.search(x.get("content") or "") for x in msgs):
+                    # jinja wrote the row and the text found occurs again: it may be the
+                    # template's own (a one-letter answer); the markers tell which
+                    marked = _marked_places(template, msgs, tools[i] if tools else None,
+                                            text)
+                    if marked is not None:
+                        placed = list(marked)
+                        where = placed[j]
             if where is None:
                 err = f"turn {j} ({m.get('role')}) not found in the rendered template"
                 break
