@@ -41,6 +41,7 @@ kernel runs) only when a JIT is needed, so a run that the twins serve never impo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -48,6 +49,7 @@ import inspect
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,7 +79,8 @@ _JITS: list[Jit] = []
 _twins: dict[bool, Any] = {False: None, True: None}
 # each loaded module's argument types per exported name (:func:`arg_type`), from its build
 _twin_args: dict[bool, dict[str, list[ArgType]]] = {False: {}, True: {}}
-
+# held while the marked functions become dispatchers (a kernel may be first called in threads)
+_JIT_LOCK = threading.Lock()
 
 
 class Jit:
@@ -89,10 +92,12 @@ class Jit:
     imports numba. The first time any of these functions is called (or a kernel's JIT is
     needed) they all become numba dispatchers at once, and the kernel modules' globals that
     held them now hold the dispatchers: numba resolves a called function through the caller's
-    globals when it compiles, and needs a dispatcher there.
+    globals when it compiles. A ``Jit`` still held elsewhere (``from ... import xxh32`` in
+    your own ``@numba.njit`` function) types as its dispatcher (``_numba_type_``).
     """
 
     def __init__(self, func: Callable[..., Any], options: dict[str, Any]) -> None:
+        functools.update_wrapper(self, func)
         self.func = func
         self.options = options
         self._dispatcher: Any = None
@@ -104,12 +109,20 @@ class Jit:
             _jit_all()
         return self._dispatcher
 
+    @property
+    def _numba_type_(self) -> Any:
+        # numba's typeof reads this attribute from an object it does not know: a Jit called
+        # from a jitted function is its dispatcher there
+        from numba.core import types
+
+        return types.Dispatcher(self.dispatcher)
+
     def loaded(self) -> Any:
         """The dispatcher if it was made already, else ``None`` (imports nothing)."""
         return self._dispatcher
 
-    def __call__(self, *args: Any) -> Any:
-        return self.dispatcher(*args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.dispatcher(*args, **kwargs)
 
 
 def njit(**options: Any) -> Callable[[Callable[..., Any]], Jit]:
@@ -128,18 +141,24 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], Jit]:
 
 def _jit_all() -> None:
     """Make every marked function a numba dispatcher, and put the dispatchers in place of
-    the :class:`Jit` objects in their modules' globals (see :class:`Jit`)."""
-    import numba
+    the :class:`Jit` objects in their modules' globals (see :class:`Jit`). The dispatchers
+    are handed out only once the globals hold them all: a thread that finds one compiles
+    against dispatchers only."""
+    with _JIT_LOCK:
+        todo = [j for j in _JITS if j._dispatcher is None]
+        if not todo:
+            return
+        import numba
 
-    from cleanpipe import numba_cache  # noqa: F401  (before any njit: the cache folder)
+        from cleanpipe import numba_cache  # noqa: F401  (before any njit: the cache folder)
 
-    for jit in _JITS:
-        if jit._dispatcher is None:
-            jit._dispatcher = numba.njit(**jit.options)(jit.func)
-    for scope in {id(j.func.__globals__): j.func.__globals__ for j in _JITS}.values():
-        for name, value in list(scope.items()):
-            if isinstance(value, Jit):
-                scope[name] = value.dispatcher
+        made = {id(j): numba.njit(**j.options)(j.func) for j in todo}
+        for scope in {id(j.func.__globals__): j.func.__globals__ for j in _JITS}.values():
+            for name, value in list(scope.items()):
+                if isinstance(value, Jit):
+                    scope[name] = made[id(value)] if id(value) in made else value._dispatcher
+        for j in todo:
+            j._dispatcher = made[id(j)]
 
 
 class Kernel:
@@ -245,6 +264,8 @@ def arg_type(value: Any) -> ArgType | None:
         >>> arg_type(np.zeros((2, 3), np.uint32)[:, ::2]), arg_type(7), arg_type(np.bool_(1))
         (('array', 'uint32', 2, 'A'), ('scalar', 'int64'), ('scalar', 'bool'))
     """
+    if isinstance(value, np.ma.MaskedArray):
+        return None  # numba refuses one; a twin would read its data and ignore the mask
     if isinstance(value, np.ndarray):
         flags = value.flags
         layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
@@ -252,7 +273,9 @@ def arg_type(value: Any) -> ArgType | None:
     if isinstance(value, bool | np.bool_):
         return ("scalar", "bool")
     if isinstance(value, int):
-        return ("scalar", "int64" if -(1 << 63) <= value < (1 << 63) else "uint64")
+        if -(1 << 63) <= value < (1 << 63):
+            return ("scalar", "int64")
+        return ("scalar", "uint64") if 0 <= value < (1 << 64) else None
     if isinstance(value, float):
         return ("scalar", "float64")
     if isinstance(value, np.generic):
@@ -306,10 +329,20 @@ def mode() -> str:
             "generic": "generic"}.get(got, "auto")
 
 
+def _numba_version() -> str:
+    """numba's version, from its metadata: importing numba only to read it costs ~0.25 s
+    (a numba without metadata, say a source tree on the path, is imported)."""
+    try:
+        return importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        import numba
+
+        return str(numba.__version__)
+
+
 def fingerprint(files: list[str]) -> dict[str, Any]:
     """What a build depends on: numba's version and the kernel source files' hashes."""
-    # numba's version from its metadata: importing numba only to read it costs ~0.25 s
-    return {"numba": importlib.metadata.version("numba"), "numpy": np.__version__.split(".")[0],
+    return {"numba": _numba_version(), "numpy": np.__version__.split(".")[0],
             "files": {f: hashlib.sha256((PACKAGE / f).read_bytes()).hexdigest()
                       if (PACKAGE / f).is_file() else None for f in sorted(files)}}
 

@@ -148,3 +148,19 @@ def test_a_template_that_reads_the_contents_keeps_the_search() -> None:
     assert got.texts.to_pylist() == ["<1>1<1>1"] and got.errors == [None]
     # the search's places, as before: the user's 1 in the first <1>, the answer after it
     assert got.spans == [[(3, 4)]]
+
+
+def test_a_row_is_rendered_with_markers_once_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the markers cannot tell (the template reads the contents), a long
+    conversation of short turns is not rendered again for each of them."""
+    from cleanpipe.templating import sequences
+
+    calls = []
+    real = sequences._marked_places
+    monkeypatch.setattr(sequences, "_marked_places",
+                        lambda *a: calls.append(1) or real(*a))
+    t = ChatTemplate("{% for m in messages %}<{{ m.content | length }}>{{ m.content }}"
+                     "{% endfor %}", skeletons=False)
+    turns = [{"role": r, "content": "1"} for r in ["user", "assistant"] * 20]
+    got = render_chat_rows([turns], t)
+    assert got.errors == [None] and len(got.spans[0]) == 20 and len(calls) == 1

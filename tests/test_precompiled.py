@@ -7,6 +7,8 @@ CPU that has every feature of that level."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from cleanpipe.text.byte_scan import ByteScan
 from tests._robust_helpers import cli, output_files, stable_report
 from tests.conftest import realdata
 from tests.guard_data import read_t0
+
+REPO = Path(__file__).resolve().parent.parent
 
 PIPELINE = Path(precompiled.PACKAGE / "pipelines" / "sft_prompt_completion.yaml")
 
@@ -192,6 +196,38 @@ def test_arg_type_refuses_what_no_twin_takes() -> None:
     # numba takes no byte-swapped array at all; no twin may take one for uint32
     assert not precompiled._fits(precompiled.arg_type(np.zeros(3, ">u4")),
                                  ("array", "uint32", 1, "A"))
+    # nor an int past uint64 or below int64, nor a masked array (a twin ignores the mask)
+    for value in (1 << 64, -(1 << 63) - 1, np.ma.masked_array([1, 2], [0, 1])):
+        assert precompiled.arg_type(value) is None
+
+
+#: in a fresh interpreter, before anything compiled: your own numba function calling a
+#: kernel module's function, from threads that all need the JIT at once
+_JIT_FROM_OUTSIDE = """
+import threading, numpy as np, numba
+from cleanpipe.dedup import kernels
+assert kernels.xxh32.loaded() is None
+@numba.njit
+def mine(data, seed):
+    return kernels.xxh32(data, 0, data.size, seed)
+data = np.frombuffer(b"hello world", np.uint8)
+got = []
+threads = [threading.Thread(target=lambda: got.append(int(mine(data, np.uint64(7)))))
+           for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sorted(set(got)), len(got), int(kernels.xxh32(data, 0, data.size, np.uint64(7))))
+"""
+
+
+def test_your_numba_code_may_call_kernel_functions_before_any_jit() -> None:
+    """A marked function is a :class:`~cleanpipe.precompiled.Jit` until the first JIT;
+    numba code of yours that calls one (``kernels.xxh32`` here) compiles all the same,
+    from several threads at once."""
+    out = subprocess.run([sys.executable, "-c", _JIT_FROM_OUTSIDE], capture_output=True,
+                         text=True, check=True, cwd=str(REPO),
+                         env={**os.environ, "PYTHONPATH": str(REPO)}).stdout.split()
+    assert out[-2] == "4" and out[0].strip("[],") == out[-1]
 
 
 def test_build_records_the_signatures_numba_parses(twins: object) -> None:

@@ -247,6 +247,9 @@ def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
             errors.append(str(e))
             continue
         cursor, row_spans, row_last, err = 0, [], None, None
+        # a row is rendered with markers once at most, and not where an answer is split
+        markable = placed is None and not any(
+            isinstance(c := x.get("content"), str) and _THINK.search(c) for x in msgs)
         for j, m in enumerate(msgs):
             content = m.get("content") or ""
             where = placed[j] if placed is not None else None
@@ -257,11 +260,11 @@ def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
                 where = None
             if where is None:
                 where = _locate(text, content, cursor)
-                if where is not None and placed is None and where[1] > where[0] and \
-                        text.find(text[where[0]:where[1]], where[0] + 1) >= 0 and \
-                        not any(_THINK.search(x.get("content") or "") for x in msgs):
+                if markable and where is not None and where[1] > where[0] and \
+                        text.find(text[where[0]:where[1]], where[0] + 1) >= 0:
                     # jinja wrote the row and the text found occurs again: it may be the
                     # template's own (a one-letter answer); the markers tell which
+                    markable = False
                     marked = _marked_places(template, msgs, tools[i] if tools else None,
                                             text)
                     if marked is not None:
