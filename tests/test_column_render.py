@@ -184,7 +184,7 @@ _SHAPES = {
 
 @pytest.mark.parametrize("source", list(_SHAPES.values()), ids=list(_SHAPES))
 def test_jinja_and_skeletons_place_short_answers_alike(source: str) -> None:
-    """On each shape the search got most of these rows wrong (5 to 40 of 54); jinja's
+    """On each shape the search got many of these rows wrong (5 to 37 of 54); jinja's
     rows now get the skeletons' places."""
     convs = [[{"role": "user", "content": q}, {"role": "assistant", "content": a}]
              for q in ["Pick one", "", "a user asks"]
