@@ -196,3 +196,23 @@ def test_jinja_and_skeletons_place_short_answers_alike(source: str) -> None:
     searched = render_chat_rows(convs, ChatTemplate(source, tokens, skeletons=False))
     assert searched.texts.to_pylist() == placed.texts.to_pylist()
     assert searched.spans == placed.spans and searched.last == placed.last
+
+
+def test_an_answer_after_reasoning_is_spanned_where_it_was_written(shared_data: Path) -> None:
+    """The supervised text of an answer holding </think> is what follows its last </think>;
+    Qwen3 writes the reasoning, then "</think>\\n\\n" and the answer. Searched for from the
+    start of the turn, a short answer took the a of "assistant"."""
+    source = _qwen3(shared_data)
+    convs = [[{"role": "user", "content": "Pick one"},
+              {"role": "assistant", "content": f"<think>{why}</think>{a}"}]
+             for why in ["hmm", "\nthe user asks\n"] for a in ["a", "t", "s", "ss"]]
+    convs.append([{"role": "user", "content": "a"},
+                  {"role": "assistant", "content": "<think>r</think>a"},
+                  {"role": "user", "content": "b"},
+                  {"role": "assistant", "content": "<think>q</think>d"}])
+    for template in (ChatTemplate(source), ChatTemplate(source, skeletons=False)):
+        got = render_chat_rows(convs, template)
+        for text, spans, conv in zip(got.texts.to_pylist(), got.spans, convs, strict=True):
+            answers = [m["content"].split("</think>")[-1] for m in conv[1::2]]
+            assert [text[s:e] for s, e in spans] == answers
+            assert all(text[e:].startswith("<|im_end|>") for _, e in spans)

@@ -21,7 +21,6 @@ end-of-turn token, so an empty answer has no supervised token however the templa
 
 from __future__ import annotations
 
-import re
 import string
 from dataclasses import dataclass, field
 
@@ -174,7 +173,8 @@ _MARK = "\ue000{}\ue001"
 def _marked_places(template: ChatTemplate, msgs: list[dict], tools: object,
                    text: str) -> list[tuple[int, int, int]] | None:
     """Where the template wrote each message of ``msgs`` in ``text`` (their rendering), for
-    a row jinja rendered: ``(start, end, offset)`` per message, as :func:`_locate` gives.
+    a row jinja rendered or an answer after reasoning: ``(start, end, offset)`` per message
+    (of an answer after reasoning, its :func:`_answer_start` part), as :func:`_locate` gives.
 
     jinja cannot say where it wrote a value, and a search takes the first copy of a short
     answer, maybe one in the template's own text (the ``a`` of ``<|im_start|>``). So the
@@ -191,9 +191,11 @@ def _marked_places(template: ChatTemplate, msgs: list[dict], tools: object,
         ((36, 37, 0), [(17, 19, 0), (51, 52, 0)])
     """
     marks = [_MARK.format(j) for j in range(len(msgs))]
+    # an assistant's reasoning stays as it is: the template splits it from the answer
+    cuts_at = [_answer_start(m) for m in msgs]
     try:
-        marked = template.render([{**m, "content": mk} for m, mk in zip(msgs, marks,
-                                                                         strict=True)],
+        marked = template.render([{**m, "content": (m.get("content") or "")[:cut] + mk}
+                                  for m, mk, cut in zip(msgs, marks, cuts_at, strict=True)],
                                  tools=tools)
     except TemplateError:
         return None
@@ -211,8 +213,8 @@ def _marked_places(template: ChatTemplate, msgs: list[dict], tools: object,
     at = len(between[0])
     if not text.startswith(between[0]):
         return None
-    for m, after in zip(msgs, between[1:], strict=True):
-        content = m.get("content") or ""
+    for m, after, cut in zip(msgs, between[1:], cuts_at, strict=True):
+        content = (m.get("content") or "")[cut:]
         for offset, form in _forms(content):
             if text.startswith(form, at) and text.startswith(after, at + len(form)):
                 places.append((at, at + len(form), offset))
@@ -223,13 +225,29 @@ def _marked_places(template: ChatTemplate, msgs: list[dict], tools: object,
     return places if at == len(text) else None
 
 
-_THINK = re.compile(r"</think>")
+_THINK = "</think>"
+
+
+def _answer_start(m: dict) -> int:
+    """Where the text a template writes as message ``m``'s answer starts in its content:
+    after the last ``</think>`` of an assistant turn (templates that split reasoning from
+    the answer re-emit both parts, and the supervised text is the answer), else 0.
+
+        >>> _answer_start({"role": "assistant", "content": "<think>x</think>a"})
+        16
+    """
+    content = m.get("content")
+    if m.get("role") != "assistant" or not isinstance(content, str):
+        return 0
+    at = content.rfind(_THINK)
+    return at + len(_THINK) if at >= 0 else 0
 
 
 def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
                      tools: list | None = None) -> Rendered:
     """Render each conversation and locate its assistant turns in the rendered string:
-    where the template wrote them when a skeleton filled the row, else by searching."""
+    where the template wrote them when a skeleton filled the row, else by searching; where
+    the text found occurs again, by a rendering with markers (:func:`_marked_places`)."""
     texts: list[str | None] = []
     spans: list[list[tuple[int, int]]] = []
     last: list[tuple[int, int] | None] = []
@@ -247,28 +265,27 @@ def render_chat_rows(rows: list[list[dict] | None], template: ChatTemplate,
             errors.append(str(e))
             continue
         cursor, row_spans, row_last, err = 0, [], None, None
-        # a row is rendered with markers once at most, and not where an answer is split
-        markable = placed is None and not any(
-            isinstance(c := x.get("content"), str) and _THINK.search(c) for x in msgs)
+        markable = True  # a row is rendered with markers once at most
+        by_marks = False
         for j, m in enumerate(msgs):
             content = m.get("content") or ""
             where = placed[j] if placed is not None else None
-            if m.get("role") == "assistant" and _THINK.search(content):
-                # Templates that split reasoning from the answer re-emit both parts; the
-                # supervised text is everything after the opening of the turn.
-                content = content.split("</think>")[-1]
-                where = None
+            cut = _answer_start(m)
+            if cut:
+                content = content[cut:]
+                if not by_marks:  # a skeleton's place is of the whole content
+                    where = None
             if where is None:
                 where = _locate(text, content, cursor)
                 if markable and where is not None and where[1] > where[0] and \
                         text.find(text[where[0]:where[1]], where[0] + 1) >= 0:
-                    # jinja wrote the row and the text found occurs again: it may be the
-                    # template's own (a one-letter answer); the markers tell which
+                    # the text found occurs again: it may be the template's own (a
+                    # one-letter answer); the markers tell which
                     markable = False
                     marked = _marked_places(template, msgs, tools[i] if tools else None,
                                             text)
                     if marked is not None:
-                        placed = list(marked)
+                        placed, by_marks = list(marked), True
                         where = placed[j]
             if where is None:
                 err = f"turn {j} ({m.get('role')}) not found in the rendered template"
