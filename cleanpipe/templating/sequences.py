@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from cleanpipe.columns import is_utf8
 from cleanpipe.templating.chat import ChatTemplate, TemplateError, parse_tools, to_messages
+from cleanpipe.templating.chat_skeleton import CLOSE, OPEN
 
 #: Stanford Alpaca's prompt format (with and without an input), response appended.
 ALPACA_INPUT = (
@@ -166,8 +167,9 @@ def _locate(text: str, content: str, cursor: int) -> tuple[int, int, int] | None
     return None
 
 
-#: stands for message ``j``'s content in :func:`_marked_places` (private-use code points)
-_MARK = "\ue000{}\ue001"
+#: stands for message ``j``'s content in :func:`_marked_places`: the skeletons' own marker
+#: (private-use code points a skeleton leaves to jinja)
+_MARK = OPEN + "{}" + CLOSE
 
 
 def _marked_places(template: ChatTemplate, msgs: list[dict], tools: object,
