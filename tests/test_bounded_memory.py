@@ -8,6 +8,7 @@ import pickle
 import random
 import tracemalloc
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -162,13 +163,16 @@ def test_minhash_finalize_releases_the_batches_index() -> None:
         ctx = BatchContext(b, ["text"], row_ids=pa.array([f"r{i}" for i in
                                                            range(s, s + b.num_rows)]))
         stage.observe(stage.prepare(b, ctx), np.arange(s, s + b.num_rows), b, ctx)
-    parts = list(stage._parts)
-    arrays = [weakref.ref(a) for p in parts for a in (p.keys, p.sets)]
+    arrays = [weakref.ref(a) for p in stage._parts for a in (p.keys, p.sets)]
+    # _gather empties the parts it gathers: it is shown on copies of the stage's parts, as
+    # finalize must still find the shingle sets it verifies pairs with (emptied, their
+    # offsets would point past the gathered array)
+    parts = [replace(p) for p in stage._parts]
     want_sets = np.concatenate([p.sets for p in parts])
     gathered = _gather(parts, "sets", np.zeros(0, np.uint32))
     assert np.array_equal(gathered, want_sets)
     assert all(p.sets.size == 0 and p.sets.base is None for p in parts)
-    del gathered, want_sets
+    del gathered, want_sets, parts
     stage.finalize()
     assert stage.report_section()["duplicates"] == 100
     # nothing of the batches' keys or shingle sets outlives finalize (a view such as
