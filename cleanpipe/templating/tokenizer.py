@@ -22,7 +22,8 @@ Two facts make counting cheap without giving up exactness:
   each ``\\n`` that precedes a non-space character, and before each space that follows a
   full stop, question or exclamation mark (unless an added token holds a space). Pieces
   repeat a lot in real corpora (one passage, sentence by sentence, under many prompt
-  templates), and each distinct piece is encoded once per process.
+  templates), and each distinct piece is encoded once per process, mostly once for all
+  the workers forked from one (:mod:`cleanpipe.templating.piece_counts`).
 * **Text already normalised.** A record made only of characters that Unicode's quick check
   calls stable under the tokenizer's normal form is its own normal form: its size is
   exact, and the normaliser need not run on it.
@@ -51,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
+from cleanpipe.templating.piece_counts import PieceCounts
 from cleanpipe.text.unicode_forms import unstable_class
 
 #: Split regexes whose pre-tokens never contain "\n" followed by a non-space character.
@@ -87,7 +89,6 @@ _CUT_MARKS = ((r"\n([^\t-\r\x{1c}-\x{1f}\x{85}\p{Z}])", "\n\x00\\1"),
 # Normal forms whose stable characters (quick check YES) are known: normalisers made only
 # of these leave a text of stable characters as it is.
 _FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})
-_CACHE_CHARS = 64_000_000
 # count_above's guess of units per token when choosing which pieces to encode first: low
 # enough that one round proves most texts short; a wrong guess costs time, never exactness.
 _PROOF_BYTES = 3.0
@@ -170,8 +171,7 @@ class LoadedTokenizer:
         self._forms = tuple(sorted(set(kinds))) if kinds and set(kinds) <= _FORMS else None
         self._cut = _CUT_SENTENCES if not any(
             " " in a["content"] for a in spec.get("added_tokens", [])) else _CUT
-        self._cache: dict[str, int] = {}
-        self._cache_chars = 0
+        self._pieces_counted = PieceCounts()
 
     @classmethod
     def load(cls, path: str | Path) -> LoadedTokenizer:
@@ -255,22 +255,6 @@ class LoadedTokenizer:
     def _encode_counts(self, texts: list[str], add_special_tokens: bool) -> list[int]:
         enc = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         return [len(e.ids) for e in enc(texts, add_special_tokens=add_special_tokens)]
-
-    def _count_into(self, uniq: list[str], counted: np.ndarray, ids: np.ndarray) -> None:
-        """Encode the pieces ``ids`` of ``uniq`` (none cached; in text order, which the
-        tokenizer's batch likes), cache their counts and write them into ``counted``."""
-        if not ids.size:
-            return
-        order = sorted(ids.tolist(), key=uniq.__getitem__)
-        todo = [uniq[i] for i in order]
-        if self._cache_chars > _CACHE_CHARS:
-            self._cache.clear()
-            self._cache_chars = 0
-        counts = self._encode_counts(todo, False)
-        for p, c in zip(todo, counts, strict=True):
-            self._cache[p] = c
-            self._cache_chars += len(p)
-        counted[order] = counts
 
     def count(self, texts: list[str], add_special_tokens: bool = True) -> np.ndarray:
         """Exact token counts, equal to ``len(encode(text).ids)`` for each text."""
@@ -363,16 +347,12 @@ class LoadedTokenizer:
 
     def _count_pieces(self, uniq: list[str], counted: np.ndarray, ids: np.ndarray) -> None:
         """Fill ``counted`` (-1: not known yet) for the pieces ``ids`` of ``uniq`` (repeats
-        allowed): from the cache, encoding the others. Only these pieces are looked up."""
+        allowed), encoding those no cache knows. Only these pieces are looked up."""
         ids = np.unique(ids)
-        ids = ids[counted[ids] < 0]
-        if not ids.size:
-            return
-        cache = self._cache
-        # read before encoding: encoding may empty the cache to bound its size
-        counted[ids] = np.fromiter((cache.get(uniq[i], -1) for i in ids.tolist()), np.int64,
-                                   ids.size)
-        self._count_into(uniq, counted, ids[counted[ids] < 0])
+        self._pieces_counted.fill(uniq, counted, ids[counted[ids] < 0], self._encode_pieces)
+
+    def _encode_pieces(self, pieces: list[str]) -> list[int]:
+        return self._encode_counts(pieces, False)
 
     def _pieces(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str], pa.Array]:
         """The texts cut into pieces: per piece its text's index and an id, and the
