@@ -174,3 +174,31 @@ def test_shipped_normalization_table_is_the_computed_one(form: str) -> None:
     assert normalization_unsafe(form) == frozenset(
         cp for lo, hi in ranges for cp in range(lo, hi + 1))
     assert normalization_unsafe(form) == ftfy_safe.computed_normalization_unsafe(form)
+
+
+def test_ftfy_sees_only_the_segments_it_could_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Line segments without anything ftfy acts on are kept without asking ftfy, and the
+    # result is still fix_text's: a clean "<" line still switches entity decoding off for
+    # the lines after it (auto), mojibake on a later line is still fixed, and a line longer
+    # than max_decode_length is cut where fix_text cuts it.
+    import ftfy
+
+    from cleanpipe.stages import unicode_fix as uf
+
+    texts = ["plain line\n<b>bold</b> line\ncaf&eacute; stays\nthe cafÃ© line\n",
+             "caf&eacute;\nclean one\nclean two\n" + "x" * 30 + "Ã©" + "y" * 30,
+             "no break but doesnÃ¢â‚¬â„¢t"]
+    stage = UnicodeFix(max_decode_length=25)
+    config = stage.ftfy_config()
+    expected = [ftfy.fix_text(t, config) for t in texts]
+    asked: list[str] = []
+    real = ftfy.fix_and_explain
+
+    def recording(text: str, config: ftfy.TextFixerConfig) -> tuple[str, object]:
+        asked.append(text)
+        return real(text, config)
+
+    monkeypatch.setattr(uf.ftfy, "fix_and_explain", recording)
+    assert stage(texts) == expected
+    assert "plain line\n" not in asked and "clean one\n" not in asked
+    assert "the cafÃ© line\n" in asked and "caf&eacute;\n" in asked
