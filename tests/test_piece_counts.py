@@ -126,10 +126,45 @@ def test_a_lock_held_by_a_killed_sibling_switches_sharing_off(
 def test_a_pickled_copy_has_a_private_empty_log() -> None:
     counts = PieceCounts()
     copy = pickle.loads(pickle.dumps(counts))
-    _fill(copy, PIECES[:10], Recorder())
+
+    def child() -> None:  # counts into the copy's log, which is not the original's
+        _fill(copy, PIECES[:10], Recorder())
+
+    _in_child(child)
     enc = Recorder()
     _fill(counts, PIECES[:10], enc)
     assert sorted(enc.asked) == sorted(PIECES[:10])
+
+
+def test_counts_published_while_encoding_spare_the_claimed_pieces() -> None:
+    # A sibling claimed the first half; while this process encodes the other half, the
+    # sibling's counts arrive: the claimed half is then read, not encoded again.
+    counts = PieceCounts()
+
+    def claimer() -> None:
+        counts.log.claim(PIECES[:150])
+
+    _in_child(claimer)
+    asked: list[str] = []
+
+    def encode(pieces: list[str]) -> list[int]:
+        if not asked:  # the sibling finishes meanwhile
+            counts.log.publish(PIECES[:150], [len(p.split()) for p in PIECES[:150]])
+        asked.extend(pieces)
+        return [len(p.split()) for p in pieces]
+
+    assert _fill(counts, PIECES, encode) == [len(p.split()) for p in PIECES]
+    assert sorted(asked) == sorted(PIECES[150:])
+
+
+def test_the_process_that_made_the_log_writes_nothing_to_it() -> None:
+    # Its forks inherit its cache; a process that never forks pickles nothing.
+    counts = PieceCounts()
+    _fill(counts, PIECES, Recorder())
+    seen: dict[str, int] = {}
+    claimed: set[int] = set()
+    counts.log.read_into(seen, claimed)
+    assert seen == {} and claimed == set()
 
 
 class RecordingTokenizer:

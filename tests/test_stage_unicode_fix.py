@@ -202,3 +202,11 @@ def test_ftfy_sees_only_the_segments_it_could_change(monkeypatch: pytest.MonkeyP
     assert stage(texts) == expected
     assert "plain line\n" not in asked and "clean one\n" not in asked
     assert "the cafÃ© line\n" in asked and "caf&eacute;\n" in asked
+
+
+def test_line_breaks_of_a_string_longer_than_max_decode_length_as_ftfy_makes_them() -> None:
+    # ftfy cuts a line longer than max_decode_length, possibly between CR and LF, and then
+    # makes two line breaks of them: the bulk CRLF shortcut must leave such strings to it.
+    stage = UnicodeFix(max_decode_length=7, fix_line_breaks=True)
+    texts = ["abcdef\r\nx", "ab\r\ncd\r\n", "abcdefghijkl\rm"]
+    assert stage(texts) == [ftfy.fix_text(t, stage.ftfy_config()) for t in texts]

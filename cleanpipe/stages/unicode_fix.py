@@ -90,12 +90,12 @@ MAX_PASSES = 8
 
 
 def _fix_until_stable(texts: list[str], config: ftfy.TextFixerConfig,
-                      pattern: str | None = None) -> list[tuple[str, dict[str, str]]]:
+                      pattern: str) -> list[tuple[str, dict[str, str]]]:
     r"""Per text, :func:`_explain` repeated until the text stops changing, and the steps of
     every pass.
 
-    With ``pattern`` (:func:`needs_ftfy_regex` of ``config``), segments it does not match
-    are kept as they are: the proof that ftfy leaves such a text alone holds for a segment
+    Segments that ``pattern`` (:func:`needs_ftfy_regex` of ``config``) does not match are
+    kept as they are: the proof that ftfy leaves such a text alone holds for a segment
     as for any text, and switching ``unescape_html`` off only takes a step away. One Arrow
     match per pass covers the segments of every text still changing (a match compiles the
     pattern, ~2 ms). On t0, two in five segments of the strings that reach ftfy are
@@ -104,18 +104,17 @@ def _fix_until_stable(texts: list[str], config: ftfy.TextFixerConfig,
         >>> cfg = UnicodeFix(fix_line_breaks=True).ftfy_config()
         >>> ftfy.fix_text("&ap;\r<b>", cfg)
         '&ap;\n<b>'
-        >>> _fix_until_stable(["&ap;\r<b>"], cfg)
+        >>> _fix_until_stable(["&ap;\r<b>"], cfg, needs_ftfy_regex(cfg))
         [('≈\n<b>', {'fix_line_breaks': 'fix_line_breaks', 'unescape_html': 'unescape_html'})]
     """
-    out = [(t, {}) for t in texts]
+    out: list[tuple[str, dict[str, str]]] = [(t, {}) for t in texts]
     cur: dict[int, str] = dict(enumerate(texts))  # the texts a pass still has to fix
     for n in range(MAX_PASSES):
         if not cur:
             break
         segs = {i: _segments(t, config.max_decode_length) for i, t in cur.items()}
         flat = [s for i in cur for s in segs[i]]
-        mask = regex_mask(pa.array(flat, pa.large_string()), pattern).tolist() \
-            if pattern is not None else [True] * len(flat)
+        mask = regex_mask(pa.array(flat, pa.large_string()), pattern).tolist()
         at = 0
         changing: dict[int, str] = {}
         for i, text in cur.items():
@@ -246,10 +245,13 @@ class UnicodeFix(TextStage):
             # the result is provably one ftfy leaves alone, and no earlier ftfy step can act on
             # the original (no entity, not "bad", no other unsafe character: the line-fixed
             # text has none, and CR is in no explicit class of those patterns), so
-            # ftfy.fix_text gives exactly the line-fixed text. Done in bulk.
+            # ftfy.fix_text gives exactly the line-fixed text. Done in bulk. Not for a string
+            # longer than max_decode_length: ftfy may cut a CRLF there and make two breaks.
             lf = pc.replace_substring(pc.replace_substring(sub, "\r\n", "\n"), "\r", "\n")
             has_cr = pc.fill_null(pc.match_substring(sub, "\r"), False).to_numpy(
                 zero_copy_only=False)
+            short = pc.fill_null(pc.utf8_length(sub), 0).to_numpy(zero_copy_only=False)
+            has_cr = has_cr & (short <= config.max_decode_length)
             line_fixed = has_cr & ~regex_mask(lf, needs_ftfy_regex(config))
             if line_fixed.any():
                 for k, (old, new) in enumerate(zip(

@@ -16,7 +16,8 @@ was encoded) or a claim: the pieces a process is about to encode. A process puts
 pieces others claimed last, counts its own first, and encodes what is still missing after
 reading the log again: two workers on the same passages split them instead of both
 encoding them. Claims are Python string hashes, the same in forks of one process; a wrong
-one only changes an order.
+one only changes an order. Only the forks write: they inherit what the process that made
+the log counted with its cache, and a process that never forks pickles nothing.
 
 Whatever the log holds, a count is always the tokenizer's: a full log takes no more
 records, a lock not had within ``WAIT_S`` (a sibling killed while holding it) switches
@@ -36,9 +37,11 @@ from __future__ import annotations
 
 import mmap
 import multiprocessing as mp
+import os
 import pickle
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -79,6 +82,7 @@ class SharedLog:
         if self._map is not None:
             _END.pack_into(self._map, 0, _END.size)
         self._read_to = _END.size  # the end of the records this process has read
+        self._full = False
 
     def __reduce__(self) -> tuple[type[SharedLog], tuple[int]]:
         return type(self), (self.capacity,)
@@ -88,26 +92,31 @@ class SharedLog:
         """Whether this process still reads and writes the log."""
         return self._map is not None
 
-    def _locked(self) -> bool:
-        if self._map is None or not self.lock.acquire(timeout=WAIT_S):
-            self._map = None
-            return False
-        return True
+    @contextmanager
+    def _held(self) -> Iterator[mmap.mmap | None]:
+        """The mapping with the lock held, or None: sharing is off, or the lock was not had
+        within :data:`WAIT_S` (then sharing goes off in this process)."""
+        mapping = self._map  # local: another thread may switch sharing off meanwhile
+        got = mapping is not None and self.lock.acquire(timeout=WAIT_S)
+        try:
+            if mapping is not None and not got:
+                self._map = None
+            yield mapping if got else None
+        finally:
+            if got:
+                self.lock.release()
 
     def read_into(self, counts: dict[str, int], claimed: set[int]) -> None:
         """Add the records written since this process last read: counts to ``counts``,
         claimed pieces' hashes to ``claimed``."""
-        if not self._locked():
-            return
-        assert self._map is not None
-        try:
-            end = _END.unpack_from(self._map, 0)[0]
-        finally:
-            self.lock.release()
+        with self._held() as mapping:
+            if mapping is None:
+                return
+            end = _END.unpack_from(mapping, 0)[0]
         at = self._read_to
-        while at < end:
-            (n,) = _LEN.unpack_from(self._map, at)
-            pieces, values = pickle.loads(self._map[at + _LEN.size:at + _LEN.size + n])
+        while at < end:  # records before the end mark are complete and never written again
+            (n,) = _LEN.unpack_from(mapping, at)
+            pieces, values = pickle.loads(mapping[at + _LEN.size:at + _LEN.size + n])
             if values is None:
                 claimed.update(pieces)
             else:
@@ -124,22 +133,20 @@ class SharedLog:
         self._append(([hash(p) for p in pieces], None))
 
     def _append(self, record: tuple[list[Any], list[int] | None]) -> None:
-        if not record[0]:
+        if not record[0] or self._full:
             return
         data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
-        if not self._locked():
-            return
-        assert self._map is not None
-        try:
-            end = _END.unpack_from(self._map, 0)[0]
+        with self._held() as mapping:
+            if mapping is None:
+                return
+            end = _END.unpack_from(mapping, 0)[0]
             new_end = end + _LEN.size + len(data)
             if new_end > self.capacity:
+                self._full = True  # the log only grows: stop pickling for it
                 return
-            _LEN.pack_into(self._map, end, len(data))
-            self._map[end + _LEN.size:new_end] = data
-            _END.pack_into(self._map, 0, new_end)
-        finally:
-            self.lock.release()
+            _LEN.pack_into(mapping, end, len(data))
+            mapping[end + _LEN.size:new_end] = data
+            _END.pack_into(mapping, 0, new_end)
 
 
 Encode = Callable[[list[str]], list[int]]
@@ -155,6 +162,16 @@ class PieceCounts:
         self._claimed: set[int] = set()
         # made here, before any fork: workers forked later read each other's counts
         self.log = SharedLog(capacity)
+        # Only forks write to the log: they inherit what this process counted with its
+        # cache, and a process that never forks (one worker, a Ray worker) pickles nothing.
+        self._creator = os.getpid()
+
+    def __reduce__(self) -> tuple[type[PieceCounts], tuple[int]]:
+        return type(self), (self.log.capacity,)
+
+    @property
+    def _writes(self) -> bool:
+        return os.getpid() != self._creator
 
     def fill(self, uniq: list[str], counted: np.ndarray, ids: np.ndarray,
              encode: Encode) -> None:
@@ -178,9 +195,10 @@ class PieceCounts:
         claimed = self._claimed
         later = [i for i in todo if hash(uniq[i]) in claimed]
         mine = [i for i in todo if hash(uniq[i]) not in claimed]
-        self.log.claim([uniq[i] for i in mine])
+        if self._writes:
+            self.log.claim([uniq[i] for i in mine])
         self._encode(uniq, counted, mine, encode)
-        self._encode(uniq, counted, later, encode)
+        self._encode(uniq, counted, later, encode, look_first=bool(mine))
 
     def _look_up(self, uniq: list[str], counted: np.ndarray, ids: np.ndarray) -> None:
         cache = self._cache
@@ -188,12 +206,13 @@ class PieceCounts:
                                    ids.size)
 
     def _encode(self, uniq: list[str], counted: np.ndarray, order: list[int],
-                encode: Encode) -> None:
-        """Encode the pieces ``order`` in chunks, each after a look at the log (another
-        process may have counted the rest meanwhile)."""
+                encode: Encode, look_first: bool = False) -> None:
+        """Encode the pieces ``order`` in chunks, each but the first (unless
+        ``look_first``) after a look at the log: another process may have counted the
+        rest meanwhile."""
         at = 0
         while at < len(order):
-            if at:
+            if at or look_first:
                 self.log.read_into(self._cache, self._claimed)
                 rest = np.asarray(order[at:], dtype=np.int64)
                 self._look_up(uniq, counted, rest)
@@ -209,6 +228,7 @@ class PieceCounts:
             for p, c in zip(chunk, counts, strict=True):
                 self._cache[p] = c
             self._cache_chars += size
-            self.log.publish(chunk, counts)
+            if self._writes:
+                self.log.publish(chunk, counts)
             counted[order[at:end]] = counts
             at = end
