@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -12,6 +13,7 @@ from guard_data import read_records
 
 from cleanpipe.contract.published import LABELS
 from cleanpipe.contract.stage import BatchContext
+from cleanpipe.pipeline import Pipeline
 from cleanpipe.stages.labels import LabelCheck
 from cleanpipe.stages.numeric import NumericCheck
 from cleanpipe.stages.outliers import Outliers
@@ -226,3 +228,31 @@ def test_outliers_on_banking77_flag_no_row_for_a_few_digits() -> None:
         # An independent reading of "really unusual": mostly digits or few letters, or a
         # length far outside the corpus (banking77 utterances are 10-400 characters).
         assert digits > 0.25 or letters < 0.5 or not 10 <= len(t_) <= 400, t_
+
+
+@pytest.mark.realdata
+def test_outliers_tokens_feature_loads_its_tokenizer_once(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    # The tokens feature loaded the tokenizer for every batch (~0.35 s each for Qwen3); it
+    # is loaded once per process now, and a pickled stage does not carry it.
+    import pickle
+
+    from cleanpipe.templating.tokenizer import LoadedTokenizer
+
+    loads: list[str] = []
+    real = LoadedTokenizer.load.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[LoadedTokenizer], path: str) -> LoadedTokenizer:
+        loads.append(str(path))
+        return real(cls, path)
+
+    monkeypatch.setattr(LoadedTokenizer, "load", classmethod(counting))
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"row {i} " + "word " * (i % 13)}) + "\n"
+                           for i in range(300)), encoding="utf-8")
+    stage = Outliers(fields=["text"], features=["chars", "tokens"],
+                     tokenizer=str(realdata("tokenizers", "qwen3")))
+    rep = Pipeline(stages=[stage], fields=["text"], batch_size=50).run(src, workers=1)
+    assert rep["totals"]["read"] == 300
+    assert len(loads) == 1
+    assert len(pickle.dumps(stage)) < 10_000

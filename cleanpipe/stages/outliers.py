@@ -16,7 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr, field_validator
 
-from cleanpipe.contract.stage import Action, BatchContext, BatchResult, Findings, GlobalStage
+from cleanpipe.contract.stage import (
+    Action,
+    BatchContext,
+    BatchResult,
+    Findings,
+    GlobalStage,
+    StageError,
+)
 
 _CLASSES = {"letter_ratio": r"\p{L}", "digit_ratio": r"\p{Nd}", "space_ratio": r"\s",
             "symbol_ratio": r"[\p{P}\p{S}]"}
@@ -74,6 +81,29 @@ class Outliers(GlobalStage):
     _center: np.ndarray | None = PrivateAttr(default=None)
     _scale: np.ndarray | None = PrivateAttr(default=None)
     _flagged: int = PrivateAttr(default=0)
+    _tok: Any = PrivateAttr(default=None)
+
+    def _tokenizer(self) -> Any:
+        """The tokenizer of the ``tokens`` feature, loaded once per process where batches
+        are measured (not in setup(): the process that only observes and finalizes never
+        needs it)."""
+        if self._tok is None:
+            if not self.tokenizer:
+                raise StageError("outliers: the tokens feature needs a tokenizer")
+            from cleanpipe.templating.tokenizer import LoadedTokenizer
+
+            try:
+                self._tok = LoadedTokenizer.load(self.tokenizer)
+            except (OSError, ValueError) as e:
+                raise StageError(
+                    f"{self.name}: cannot load tokenizer {self.tokenizer!r}: {e}") from e
+        return self._tok
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ship parameters and state, not the tokenizer: a process loads it in setup().
+        state = super().__getstate__()
+        state["__pydantic_private__"] = {**state["__pydantic_private__"], "_tok": None}
+        return state
 
     def _features(self, batch: pa.RecordBatch, ctx: BatchContext) -> np.ndarray:
         n = batch.num_rows
@@ -95,11 +125,7 @@ class Outliers(GlobalStage):
                         v, pattern).to_numpy(zero_copy_only=False).astype(float), minlength=n)
                 cols[feat] = cnt / np.maximum(total, 1)
         if "tokens" in cols:
-            from cleanpipe.templating.tokenizer import LoadedTokenizer
-
-            tok = LoadedTokenizer.load(self.tokenizer) if self.tokenizer else None
-            if tok is None:
-                raise ValueError("outliers: the tokens feature needs a tokenizer")
+            tok = self._tokenizer()  # once per process, not once per batch
             t = np.zeros(n)
             for flat, v in texts:
                 t += np.bincount(flat.rows, weights=tok.count(v.to_pylist(), False),
