@@ -48,6 +48,15 @@ class Measured:
         return self.counts >= 0
 
 
+def load_stage_tokenizer(stage: str, path: str) -> LoadedTokenizer:
+    """The tokenizer at ``path`` for stage ``stage``; an unreadable one is a
+    :class:`StageError` naming both."""
+    try:
+        return LoadedTokenizer.load(path)
+    except (OSError, ValueError) as e:
+        raise StageError(f"{stage}: cannot load tokenizer {path!r}: {e}") from e
+
+
 class SequenceStage(BatchStage):
     """Base of stages that render records as the trainer does and tokenize them."""
 
@@ -134,10 +143,7 @@ class SequenceStage(BatchStage):
     def setup(self) -> None:
         if self._tok is not None:
             return
-        try:
-            self._tok = LoadedTokenizer.load(self.tokenizer)
-        except (OSError, ValueError) as e:
-            raise StageError(f"{self.name}: cannot load tokenizer {self.tokenizer!r}: {e}") from e
+        self._tok = load_stage_tokenizer(self.name, self.tokenizer)
         if self.template is None:
             source = self.chat_template or self._tok.chat_template
             if source is None:

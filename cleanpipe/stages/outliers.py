@@ -90,13 +90,9 @@ class Outliers(GlobalStage):
         if self._tok is None:
             if not self.tokenizer:
                 raise StageError("outliers: the tokens feature needs a tokenizer")
-            from cleanpipe.templating.tokenizer import LoadedTokenizer
+            from cleanpipe.contract.sequence_stage import load_stage_tokenizer
 
-            try:
-                self._tok = LoadedTokenizer.load(self.tokenizer)
-            except (OSError, ValueError) as e:
-                raise StageError(
-                    f"{self.name}: cannot load tokenizer {self.tokenizer!r}: {e}") from e
+            self._tok = load_stage_tokenizer(self.name, self.tokenizer)
         return self._tok
 
     def __getstate__(self) -> dict[str, Any]:
