@@ -75,6 +75,6 @@ if os.environ.get(WARM_ENV):
     # it: its own exit waits for every worker to let go of its pipe, so it would not notice
     die_with_parent(os.getppid())
     _warm_from_env()
-    gc.collect()  # the warm-up's garbage would otherwise be frozen into every worker
+    gc.collect(1)  # the warm-up's garbage (young) would otherwise be frozen into every worker
     gc.freeze()
     release_compiler_pages()  # the kernels are loaded: the server only forks from now on

@@ -254,7 +254,8 @@ class LoadedTokenizer:
     # -- exact counts ------------------------------------------------------------------------
     def _encode_counts(self, texts: list[str], add_special_tokens: bool) -> list[int]:
         enc = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
-        return [len(e.ids) for e in enc(texts, add_special_tokens=add_special_tokens)]
+        # len(e) is len(e.ids) (nothing pads or truncates here) without a list of the ids
+        return [len(e) for e in enc(texts, add_special_tokens=add_special_tokens)]
 
     def count(self, texts: list[str], add_special_tokens: bool = True) -> np.ndarray:
         """Exact token counts, equal to ``len(encode(text).ids)`` for each text."""
