@@ -42,8 +42,8 @@ def unstable_class(form: str) -> str:
     0 (so no reordering) and is never the second half of a canonical composition (so it
     cannot merge with what precedes it; Hangul vowel and trailing jamo compose
     algorithmically and count as unstable). Everything outside the BMP counts as unstable,
-    which only costs speed. Built once per process from :mod:`unicodedata` (~25 ms for the
-    first form, less for the next).
+    which only costs speed. Built once per process from :mod:`unicodedata` (~16 ms for the
+    first form, ~10 ms for each other).
     """
     # A character without a decomposition mapping is its own normal form in every form,
     # except Hangul syllables, which decompose algorithmically (NFD and NFKD).
