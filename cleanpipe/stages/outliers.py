@@ -96,7 +96,8 @@ class Outliers(GlobalStage):
         return self._tok
 
     def __getstate__(self) -> dict[str, Any]:
-        # Ship parameters and state, not the tokenizer: a process loads it in setup().
+        # Ship parameters and state, not the tokenizer: a process loads it on first use
+        # (_tokenizer), where it measures a batch.
         state = super().__getstate__()
         state["__pydantic_private__"] = {**state["__pydantic_private__"], "_tok": None}
         return state

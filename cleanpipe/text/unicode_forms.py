@@ -14,6 +14,12 @@ from functools import cache
 
 
 @cache
+def _decomposable() -> tuple[int, ...]:
+    """BMP characters (from U+0080) with a decomposition mapping, canonical or not."""
+    return tuple(cp for cp in range(0x80, 0x10000) if unicodedata.decomposition(chr(cp)))
+
+
+@cache
 def _second_halves() -> frozenset[int]:
     """Characters that are the second half of some BMP character's canonical decomposition
     into two (so they may compose with what precedes them)."""
@@ -25,12 +31,6 @@ def _second_halves() -> frozenset[int]:
             if len(parts) == 2:
                 second.add(int(parts[1], 16))
     return frozenset(second)
-
-
-@cache
-def _decomposable() -> tuple[int, ...]:
-    """BMP characters (from U+0080) with a decomposition mapping, canonical or not."""
-    return tuple(cp for cp in range(0x80, 0x10000) if unicodedata.decomposition(chr(cp)))
 
 
 @cache
