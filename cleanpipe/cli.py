@@ -438,8 +438,12 @@ def entry() -> NoReturn:
     pyarrow and pandas loaded, only to free memory the system takes back anyway;
     :func:`gc.freeze` exempts what exists by then. Module teardown and ``atexit`` handlers
     still run (files close, temporary folders go). Not in :func:`main`, which a program or a
-    test may call many times in one process.
+    test may call many times in one process; nor is pyarrow kept from importing pandas there
+    (:func:`cleanpipe.pandas_probe.defer_pandas`): that is a program's own choice.
     """
+    from cleanpipe.pandas_probe import defer_pandas
+
+    defer_pandas()
     try:
         code = main()
     finally:

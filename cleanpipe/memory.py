@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -135,6 +136,10 @@ def release_compiler_pages() -> None:
     them with ``MADV_PAGEOUT`` would make it read them from disk). Without ``madvise`` (not
     Linux) nothing changes.
     """
+    if "llvmlite.binding.ffi" not in sys.modules:
+        # it loads the library: not loaded, nothing mapped (and reading smaps costs
+        # ~20 ms in a run's main process, ~0.1 s in a Ray driver)
+        return
     fn = _madvise()
     if fn is None:
         return

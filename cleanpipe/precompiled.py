@@ -358,12 +358,48 @@ LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+#: the kernel's names (``/proc/cpuinfo``) of the :data:`LEVELS` features it names otherwise
+#: than LLVM (``abm``: the LZCNT bit, on AMD and Intel alike)
+CPUINFO_NAMES = {"sahf": "lahf_lm", "sse3": "pni", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+                 "bmi": "bmi1", "lzcnt": "abm"}
+
+
+def cpuinfo_features(cpuinfo: str) -> frozenset[str] | None:
+    """The :data:`LEVELS` features (LLVM's names) that every processor listed in
+    ``cpuinfo`` (``/proc/cpuinfo``'s text) has; ``None`` when it lists no flags.
+
+        >>> sorted(cpuinfo_features("processor: 0\\nflags : fpu pni ssse3 abm\\n"))
+        ['lzcnt', 'sse3', 'ssse3']
+    """
+    cpus = [set(line.partition(":")[2].split()) for line in cpuinfo.splitlines()
+            if line.split(":", 1)[0].strip() == "flags"]
+    if not cpus:
+        return None
+    common = set.intersection(*cpus)
+    return frozenset(f for _, adds in LEVELS for f in adds if CPUINFO_NAMES.get(f, f) in common)
+
+
 def cpu_features() -> frozenset[str]:
-    """The features LLVM (so numba's JIT) finds on this CPU; none where it cannot tell."""
+    """The :data:`LEVELS` features of this CPU, in LLVM's names; none where it cannot tell.
+
+    Read from the kernel (``/proc/cpuinfo``) where there is one: asking LLVM instead maps
+    its ~100 MB library into the process (~20 ms, and pages every forked worker inherits),
+    which a run served by the precompiled kernels never needs otherwise. The kernel lists a
+    feature only where the OS supports it too (AVX's registers saved by XSAVE), as LLVM's
+    own check does."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            found = cpuinfo_features(fh.read())
+    except OSError:
+        found = None
+    if found is not None:
+        return found
     import llvmlite.binding as llvm  # ~35 ms, a tenth of numba's import
 
+    levels = {f for _, adds in LEVELS for f in adds}
     try:
-        return frozenset(k for k, on in llvm.get_host_cpu_features().items() if on)
+        return frozenset(k for k, on in llvm.get_host_cpu_features().items()
+                         if on and k in levels)
     except RuntimeError:
         return frozenset()
 
