@@ -137,8 +137,8 @@ def release_compiler_pages() -> None:
     Linux) nothing changes.
     """
     if "llvmlite.binding.ffi" not in sys.modules:
-        # it loads the library: not loaded, nothing mapped (and reading smaps costs
-        # ~20 ms in a run's main process, ~0.1 s in a Ray driver)
+        # that module loads the library: without it nothing of LLVM is mapped here, and
+        # reading smaps would cost ~20 ms in a run's main process, ~0.1 s in a Ray driver
         return
     fn = _madvise()
     if fn is None:
