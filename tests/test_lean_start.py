@@ -19,8 +19,12 @@ _COMMAND = """\
 import atexit, json, sys
 path = sys.argv[1]
 def report():
+    seen = {m: m in sys.modules for m in ("pandas", "llvmlite.binding.ffi", "numba")}
+    if seen["pandas"]:  # imported after the deferral: pyarrow must convert its objects again
+        import pandas as pd, pyarrow as pa
+        seen["series_nulls"] = pa.array(pd.Series([1.5, None])).null_count
     with open(path, "w") as fh:
-        json.dump({m: m in sys.modules for m in ("pandas", "llvmlite.binding.ffi", "numba")}, fh)
+        json.dump(seen, fh)
 atexit.register(report)
 sys.argv = ["cleanpipe", *sys.argv[2:]]
 from cleanpipe.cli import entry
@@ -38,26 +42,45 @@ stages:
 """
 
 
-def test_the_command_loads_neither_pandas_nor_llvm(tmp_path: Path) -> None:
-    if not precompiled.load_twins(host=True):  # pragma: no cover - make test builds them
-        pytest.skip("no precompiled kernels for this CPU: a run compiles with numba")
-    rows = ["the quick brown fox jumps over the lazy dog by the river bank today",
-            "the quick brown fox jumps over the lazy dog by the river bank today!",
-            "cafÃ© au lait, s’il vous plaît", "something else entirely, and longer than that"]
+_ROWS = ["the quick brown fox jumps over the lazy dog by the river bank today",
+         "the quick brown fox jumps over the lazy dog by the river bank today!",
+         "cafÃ© au lait, s’il vous plaît", "something else entirely, and longer than that"]
+
+
+def _command(tmp_path: Path, *extra: str) -> dict[str, object]:
+    """``cleanpipe run`` (the command's own entry point) on :data:`_ROWS`; returns which
+    modules it had loaded at exit."""
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in rows), encoding="utf-8")
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in _ROWS), encoding="utf-8")
     (tmp_path / "p.yaml").write_text(_PIPELINE, encoding="utf-8")
     seen = tmp_path / "modules.json"
     proc = subprocess.run(
         [sys.executable, "-c", _COMMAND, str(seen), "run", str(tmp_path / "p.yaml"),
          "--input", str(src), "--output", str(tmp_path / "out"), "--workers", "1",
-         "--no-progress", "--quiet"],
+         "--no-progress", "--quiet", *extra],
         capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(seen.read_text()) == {"pandas": False, "llvmlite.binding.ffi": False,
-                                             "numba": False}
     report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert (report["totals"]["read"], report["totals"]["kept"]) == (4, 3)
+    return json.loads(seen.read_text())
+
+
+def test_the_command_loads_neither_pandas_nor_llvm(tmp_path: Path) -> None:
+    if not precompiled.load_twins(host=True):  # pragma: no cover - make test builds them
+        pytest.skip("no precompiled kernels for this CPU: a run compiles with numba")
+    assert _command(tmp_path) == {"pandas": False, "llvmlite.binding.ffi": False,
+                                  "numba": False}
+
+
+def test_the_command_writes_a_dataset_with_pandas_deferred(tmp_path: Path) -> None:
+    """``--format hf`` imports ``datasets``, which imports pandas after the deferral: the
+    dataset is written and opens, and pyarrow converts pandas objects as usual again."""
+    import datasets
+
+    seen = _command(tmp_path, "--format", "hf")
+    assert seen["pandas"] is True and seen["series_nulls"] == 1
+    got = datasets.load_from_disk(str(tmp_path / "out" / "data"))["text"]
+    assert got == [_ROWS[0], "café au lait, s’il vous plaît", _ROWS[3]]
 
 
 _LATER = """\
