@@ -40,7 +40,8 @@ class _PandasWatch:
             return None
         if self.probing:
             raise ImportError("pandas: not imported by cleanpipe (see cleanpipe.pandas_probe)")
-        _remove(self)
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
@@ -53,11 +54,6 @@ class _PandasWatch:
 
         loader.exec_module = exec_module
         return spec
-
-
-def _remove(watch: _PandasWatch) -> None:
-    if watch in sys.meta_path:
-        sys.meta_path.remove(watch)
 
 
 def _tell_pyarrow() -> None:

@@ -358,6 +358,9 @@ LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+#: every feature some level of :data:`LEVELS` needs: all a level check asks about
+LEVEL_FEATURES = frozenset(f for _, adds in LEVELS for f in adds)
+
 #: the kernel's names (``/proc/cpuinfo``) of the :data:`LEVELS` features it names otherwise
 #: than LLVM (``abm``: the LZCNT bit, on AMD and Intel alike)
 CPUINFO_NAMES = {"sahf": "lahf_lm", "sse3": "pni", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
@@ -376,7 +379,7 @@ def cpuinfo_features(cpuinfo: str) -> frozenset[str] | None:
     if not cpus:
         return None
     common = set.intersection(*cpus)
-    return frozenset(f for _, adds in LEVELS for f in adds if CPUINFO_NAMES.get(f, f) in common)
+    return frozenset(f for f in LEVEL_FEATURES if CPUINFO_NAMES.get(f, f) in common)
 
 
 def cpu_features() -> frozenset[str]:
@@ -396,10 +399,9 @@ def cpu_features() -> frozenset[str]:
         return found
     import llvmlite.binding as llvm  # ~35 ms, a tenth of numba's import
 
-    levels = {f for _, adds in LEVELS for f in adds}
     try:
         return frozenset(k for k, on in llvm.get_host_cpu_features().items()
-                         if on and k in levels)
+                         if on and k in LEVEL_FEATURES)
     except RuntimeError:
         return frozenset()
 
