@@ -215,6 +215,25 @@ class RowValues:
         counted[rows] = new._mask(new.counted, True)
         return RowValues(values, bounded, counted)
 
+    @staticmethod
+    def concat(parts: list[RowValues]) -> RowValues:
+        """The values of consecutive batches, as one batch's.
+
+            >>> v = RowValues.concat([RowValues(np.array([3])),
+            ...                       RowValues(np.array([40]), bounded=np.array([True]))])
+            >>> v.values.tolist(), v.bounded.tolist(), v.counted
+            ([3, 40], [False, True], None)
+        """
+        def joined(masks: list[np.ndarray | None], default: bool) -> np.ndarray | None:
+            if all(m is None for m in masks):
+                return None
+            return np.concatenate([p._mask(m, default) for p, m in zip(parts, masks,
+                                                                       strict=True)])
+
+        return RowValues(np.concatenate([np.asarray(p.values) for p in parts]),
+                         joined([p.bounded for p in parts], False),
+                         joined([p.counted for p in parts], True))
+
     def metrics(self, name: str) -> dict[str, Any]:
         """The summable metrics of published ``name`` over the counted rows."""
         c = self._mask(self.counted, True)

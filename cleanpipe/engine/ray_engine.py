@@ -19,8 +19,9 @@ What differs is only where that work runs and how its results come back:
   report, the quarantine and the kept rows do not depend on how Ray schedules tasks.
 * A global stage (dedup) closes a segment: its ``prepare`` runs in the tasks, the rows wait
   in the object store (where the stage observes without the batch's columns, in that of
-  the node that cleaned them: :func:`split_results`), and its ``decide`` runs in the tasks
-  of the next segment. On an input up to ``CLUSTER_GROUPING_BYTES`` the stage
+  the node that cleaned them, small batches joined: :func:`split_results`), and its
+  ``decide`` runs in the tasks of the next segment. On an input up to
+  ``CLUSTER_GROUPING_BYTES`` the stage
   ``observe``s and ``finalize``s on the driver in row order, exactly as in the local
   engine; the next segment's tasks get the stage as configured and their rows' decisions
   where it has a decisions table (``GlobalStage.has_decisions_table``), else the finalized
@@ -68,7 +69,7 @@ from cleanpipe.engine.ray_dedup import distributed
 from cleanpipe.engine.ray_fetch import fetch
 from cleanpipe.engine.ray_shuffle import Blocks, co_group, partition_of
 from cleanpipe.engine.reading import read_rows
-from cleanpipe.engine.rows import Rows
+from cleanpipe.engine.rows import Rows, coalesced
 from cleanpipe.engine.task_groups import Groups, grouped, task_rows
 from cleanpipe.spec import PipelineSpec
 
@@ -150,7 +151,7 @@ _MAPPERS: dict[str, SegmentMapper] = {}
 
 
 def map_chunks(key: str, stages: list[Any], chunks: list[Any], decisions: pa.Table | None,
-               first: int | None = None, split: bool = False, **kwargs: Any) -> Any:
+               first: int | None = None, split: int = 0, **kwargs: Any) -> Any:
     """Ray task: run ``chunks`` (``(chunk index, Rows)`` pairs; with ``first``, the rows a
     task of the previous segment left here, numbered from ``first``), decided by
     ``decisions`` (of the previous global stage's rows in this task, where it has a
@@ -159,8 +160,9 @@ def map_chunks(key: str, stages: list[Any], chunks: list[Any], decisions: pa.Tab
     nested, so Ray does not fetch it for every task, only a process that has no mapper for
     ``key`` yet does.
 
-    With ``split`` the task has two results (:func:`split_results`): what the driver merges,
-    and the rows, which stay in this node's object store for the next segment's task."""
+    With ``split`` (the most rows a batch may hold) the task has two results
+    (:func:`split_results`): what the driver merges, and the rows, which stay in this node's
+    object store for the next segment's task."""
     m = _MAPPERS.get(key)
     if m is None:
         import ray
@@ -170,14 +172,18 @@ def map_chunks(key: str, stages: list[Any], chunks: list[Any], decisions: pa.Tab
     if first is not None:
         chunks = list(enumerate(chunks, first))
     out = m(chunks, decisions)
-    return split_results(out) if split else out
+    return split_results(out, split) if split else out
 
 
-def split_results(out: list[tuple[int, Any]]) -> tuple[list[tuple[int, Any]], list[Rows]]:
+def split_results(out: list[tuple[int, Any]], batch_rows: int
+                  ) -> tuple[tuple[list[tuple[int, Any]], int], list[Rows]]:
     """A task's results without their rows' columns, and the rows with rows left, in order
-    (:meth:`Rows.split_off_columns`): the driver merges the first and observes on it, the
-    second waits on the cluster for the next segment."""
-    return out, [rows for _, pairs in out for rows in split_off_rows(pairs)]
+    (:meth:`Rows.split_off_columns`), consecutive batches joined up to ``batch_rows`` rows
+    (:func:`~cleanpipe.engine.rows.coalesced`): the driver merges the first (with the
+    number of batches in the second) and observes on it, the second waits on the cluster
+    for the next segment."""
+    held = coalesced([rows for _, pairs in out for rows in split_off_rows(pairs)], batch_rows)
+    return (out, len(held)), held
 
 
 #: the Ray remote function of :func:`map_chunks`, made once per driver process
@@ -248,10 +254,11 @@ class RayEngine:
         #: shipped so, with each task's decisions, not finalized (its per-row state can
         #: be tens of MB that every worker process would fetch and unpickle)
         self.unfinalized = pickle.dumps(run.stages, protocol=pickle.HIGHEST_PROTOCOL)
-        #: whether the current segment's tasks leave their rows on the cluster, and the
-        #: batches held there so far
+        #: whether the current segment's tasks leave their rows on the cluster; the rows
+        #: held there so far, as merged, and as the tasks' results counted them
         self.split = False
         self.on_cluster = 0
+        self.left = 0
 
     def results(self, seg_i: int) -> Iterator[tuple[DecidedBatch | None, TaskResult]]:
         if self.inputs is None:
@@ -266,7 +273,8 @@ class RayEngine:
             task = task.options(num_returns=2)
         kwargs = {"seg_i": seg_i, "decide_idx": self.decide_idx,
                   "text_fields": self.run.state.text_fields,
-                  "flag_codes": self.run.flag_codes, "split": self.split}
+                  "flag_codes": self.run.flag_codes,
+                  "split": self.run.spec.batch_size if self.split else 0}
         key = f"{uuid.uuid4().hex}-{seg_i}"
         # a few tasks per CPU in flight: enough to keep every CPU busy while the driver
         # reads or merges, few enough that the object store holds only a window of chunks
@@ -307,12 +315,13 @@ class RayEngine:
         if not self.split:
             return fetch(self.ray, ref)
         out_ref, rows_ref = ref
-        out = fetch(self.ray, out_ref)
+        out, batches = fetch(self.ray, out_ref)
         rows = [res.rows for _, pairs in out for _, res in pairs if res.rows.num_rows]
         if rows:
             self.refs.append(rows_ref)
-            self.counts.append(len(rows))
+            self.counts.append(batches)
             self.seqs.append(np.concatenate([r.seq for r in rows]))
+            self.left += sum(r.num_rows for r in rows)
         return out
 
     def _put_group(self, group: list[tuple[int, Rows | ToRead]]) -> None:
@@ -321,7 +330,7 @@ class RayEngine:
 
     def hold(self, rows: Rows) -> None:
         if self.split:  # its columns are on the cluster already (_fetched)
-            self.on_cluster += 1
+            self.on_cluster += rows.num_rows
             return
         group = self.held.add(rows)
         if group is not None:
@@ -331,9 +340,9 @@ class RayEngine:
         group = self.held.flush()
         if group is not None:
             self._put_group(group)
-        if self.split and self.on_cluster != sum(self.counts):  # pragma: no cover - a bug
-            raise RuntimeError(f"ray engine: {self.on_cluster} batches held, "
-                               f"{sum(self.counts)} left on the cluster")
+        if self.split and self.on_cluster != self.left:  # pragma: no cover - a bug
+            raise RuntimeError(f"ray engine: {self.on_cluster} rows held, "
+                               f"{self.left} left on the cluster")
         g = self.run.stages[idx]
         assert isinstance(g, GlobalStage)
         dec: Iterable[Any] = [None] * len(self.refs)
@@ -351,7 +360,7 @@ class RayEngine:
         self.decide_idx = idx
         self.held = Groups(task_rows(self.run.spec))
         self.refs, self.counts, self.seqs = [], [], []
-        self.split, self.on_cluster = False, 0
+        self.split, self.on_cluster, self.left = False, 0, 0
 
 
 #: inputs up to this size group on the driver (the local engine's in-memory grouping):

@@ -91,6 +91,69 @@ class Rows:
         )
 
 
+def _same_kind(a: Rows, b: Rows) -> bool:
+    """Whether ``b`` can join ``a`` in one batch: the same columns and types, the rows as
+    read kept the same way, the same per-row values, and nothing the driver merges."""
+    def shape(r: Rows) -> tuple[Any, ...]:
+        fig = None if r.figures is None else r.figures.shape()
+        return (r.orig is r.data, r.flags is None, r.chars is None, fig)
+
+    return (a.unreadable is None and b.unreadable is None and a.read_events is None
+            and b.read_events is None and a.read_notes is None and b.read_notes is None
+            and shape(a) == shape(b) and a.data.schema.equals(b.data.schema, True)
+            and a.orig.schema.equals(b.orig.schema, True))
+
+
+def joined(parts: list[Rows]) -> Rows:
+    """Consecutive batches of the same kind (:func:`coalesced`) as one; its ``shard`` is
+    the first batch's (one of the files the rows came from, whose columns they all have).
+
+        >>> b = pa.record_batch({"t": ["a", "b"]})
+        >>> r = joined([Rows(b, b, pa.array(["f:1", "f:2"]), np.arange(2), "f"),
+        ...             Rows(b, b, pa.array(["g:1", "g:2"]), np.arange(2, 4), "g")])
+        >>> r.num_rows, r.row_ids.to_pylist(), r.seq.tolist(), r.shard, r.orig is r.data
+        (4, ['f:1', 'f:2', 'g:1', 'g:2'], [0, 1, 2, 3], 'f', True)
+    """
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    data = pa.concat_batches([p.data for p in parts])
+    # the rows as read are often the very batch (nothing rewrote them): kept one object, so
+    # pickling (Ray, the local engine's pipes) carries their bytes once
+    orig = data if first.orig is first.data else pa.concat_batches([p.orig for p in parts])
+    return Rows(
+        data, orig, pa.concat_arrays([p.row_ids for p in parts]),
+        np.concatenate([p.seq for p in parts]), first.shard,
+        None if first.flags is None else np.concatenate([p.flags for p in parts]),
+        chars=None if first.chars is None else np.concatenate([p.chars for p in parts]),
+        figures=None if first.figures is None else RowFigures.concat(
+            [p.figures for p in parts if p.figures is not None]))
+
+
+def coalesced(parts: list[Rows], max_rows: int) -> list[Rows]:
+    """``parts`` (consecutive batches, in order) with each run of batches of the same kind
+    joined into one of up to ``max_rows`` rows (a batch of more stays as it is): where a
+    corpus of many small files is read one small batch a file, what waits between two
+    passes is a few batches a task, not one a file, and each costs its own pickling and
+    bookkeeping in every pass after.
+
+        >>> b, c = pa.record_batch({"t": ["a"]}), pa.record_batch({"n": [1]})
+        >>> parts = [Rows(x, x, pa.array(["i"]), np.array([k])) for k, x in enumerate([b, b, c, b])]
+        >>> [r.num_rows for r in coalesced(parts, 4)], [r.num_rows for r in coalesced(parts, 1)]
+        ([2, 1, 1], [1, 1, 1, 1])
+    """
+    out: list[list[Rows]] = []
+    rows = 0
+    for p in parts:
+        if out and rows + p.num_rows <= max_rows and _same_kind(out[-1][-1], p):
+            out[-1].append(p)
+            rows += p.num_rows
+        else:
+            out.append([p])
+            rows = p.num_rows
+    return [joined(run) for run in out]
+
+
 def _row_count(n: int) -> pa.RecordBatch:
     # a null column keeps the row count: a batch of no columns is read back empty
     return pa.RecordBatch.from_arrays([pa.nulls(n)], names=["rows"])
@@ -116,6 +179,19 @@ class RowFigures:
 
     values: dict[int, dict[str, RowValues]] = field(default_factory=dict)
     stale: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def shape(self) -> tuple[Any, ...]:
+        """The stages and figures held: batches of the same shape can be joined."""
+        return tuple((i, tuple(per)) for i, per in self.values.items()) + tuple(self.stale)
+
+    @staticmethod
+    def concat(parts: list[RowFigures]) -> RowFigures:
+        """The figures of consecutive batches of the same :meth:`shape`, as one batch's."""
+        first = parts[0]
+        return RowFigures(
+            {i: {k: RowValues.concat([p.values[i][k] for p in parts]) for k in per}
+             for i, per in first.values.items()},
+            {i: np.concatenate([p.stale[i] for p in parts]) for i in first.stale})
 
     def take_mask(self, keep: np.ndarray) -> RowFigures:
         return RowFigures({i: {k: v.take(keep) for k, v in per.items()}
