@@ -450,3 +450,51 @@ def test_only_a_first_pass_hands_back_the_rows_as_read() -> None:
     assert last.orig.schema.names == ["rows"] and last.orig.num_rows == 2
     first = SegmentWorker([InvisibleChars(), ExactDedup()], ["text"], False).run(0, rows).rows
     assert first.orig.equals(batch)
+
+
+def test_small_files_rows_join_between_passes(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A corpus of many small files is read one small batch a file; the rows a worker keeps
+    between two passes are joined into batches of up to ``batch_size`` rows
+    (``rows.coalesced``), with the per-row values that travel with them (flags, the token
+    stages' figures, stale after a rewrite). The outputs are byte for byte those of a run
+    that keeps one batch a file, and the token figures are the tokenizers oracle's."""
+    from cleanpipe.engine import local
+    from cleanpipe.report import FILES
+    from cleanpipe.templating.word_tokenizer import word_tokenizer_file
+    from tests import written_totals
+
+    tok = word_tokenizer_file(str(tmp_path))
+    folder = written_totals.write_small_files(tmp_path / "in")
+    held: list[int] = []
+    real_hold = local.hold
+
+    def hold(there, folder_, segment):
+        held.extend(r.num_rows for r in there)
+        return real_hold(there, folder_, segment)
+
+    monkeypatch.setattr(local, "hold", hold)
+
+    def run(out: Path) -> dict:
+        pipe = written_totals.pipeline(tok, grow=True, minhash=True, flag_column="flags")
+        rep = pipe.run(folder, out, workers=1)
+        assert written_totals.after_figures(rep) == {
+            **written_totals.oracle(tok, written_totals.written_rows(out)), "bounded": (0, 0)}
+        for s in rep["stages"]:
+            s.pop("seconds")
+            s.pop("diagnostics", None)
+        # the written data, quarantine and events (the reports differ in their timings)
+        return {"totals": rep["totals"], "stages": rep["stages"],
+                "files": {str(f.relative_to(out)): f.read_bytes()
+                          for f in sorted(out.rglob("*"))
+                          if f.is_file() and f.name not in FILES.values()}}
+
+    joined = run(tmp_path / "joined")
+    joined_held = list(held)
+    held.clear()
+    monkeypatch.setattr(local, "coalesced", lambda parts, batch_rows: parts)
+    apart = run(tmp_path / "apart")
+    assert joined == apart and joined["totals"]["quarantined"] > 0
+    # two passes keep rows: files of two rows joined into batches of up to 7 (batch_size)
+    assert sum(joined_held) == sum(held) and max(joined_held) <= 7
+    assert len(joined_held) < len(held)

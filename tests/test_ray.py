@@ -342,12 +342,7 @@ def test_small_files_rows_join_between_passes(cluster, tmp_path: Path,
     (``rows.coalesced``), with the per-row values that travel with them (flags, the token
     stages' figures, stale after a rewrite): the results are still local's."""
     tok = word_tokenizer_file(str(tmp_path))
-    rows = written_totals.corpus()
-    folder = tmp_path / "in"
-    folder.mkdir()
-    for k in range(0, len(rows), 2):  # files of two rows
-        (folder / f"part-{k:03d}.jsonl").write_text(
-            "".join(json.dumps(r) + "\n" for r in rows[k:k + 2]), encoding="utf-8")
+    folder = written_totals.write_small_files(tmp_path / "in")
     held: list[tuple[int, int]] = []  # per pass: batches left on the cluster, tasks' batches
     real = ray_engine.RayEngine.second_pass
 
@@ -358,9 +353,7 @@ def test_small_files_rows_join_between_passes(cluster, tmp_path: Path,
     monkeypatch.setattr(ray_engine.RayEngine, "second_pass", second_pass)
 
     def make() -> Pipeline:
-        p = written_totals.pipeline(tok, grow=True, minhash=True)
-        return Pipeline(stages=list(p.spec.stages), fields=written_totals.FIELDS,
-                        batch_size=p.spec.batch_size, output={"flag_column": "flags"})
+        return written_totals.pipeline(tok, grow=True, minhash=True, flag_column="flags")
 
     local = _collect(execute, make(), folder)
     on_ray = _collect(execute_ray, make(), folder)

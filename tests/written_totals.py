@@ -74,11 +74,22 @@ def write_corpus(path: Path) -> Path:
     return path
 
 
+def write_small_files(folder: Path, rows_per_file: int = 2) -> Path:
+    """The corpus as many small files (``rows_per_file`` rows each), in ``folder``."""
+    rows = corpus()
+    folder.mkdir()
+    for k in range(0, len(rows), rows_per_file):
+        (folder / f"part-{k:03d}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows[k:k + rows_per_file]), encoding="utf-8")
+    return folder
+
+
 def pipeline(tokenizer: str, *, exact: bool = True, grow: bool = False,
-             minhash: bool = True, batch_size: int = 7) -> Pipeline:
+             minhash: bool = True, batch_size: int = 7,
+             flag_column: str | None = None) -> Pipeline:
     """context_length (truncating) and trainable_tokens, then (optionally) a rewrite of some
     answers, then exact_dedup and (optionally) minhash_dedup, which drop rows the token
-    stages passed on."""
+    stages passed on; ``flag_column``: the output's column of flagged codes."""
     stages: list[Any] = [
         ContextLength(tokenizer=tokenizer, template=TEMPLATE, max_length=WINDOW,
                       exact_counts=exact, actions={"too_long": Action.FIX}),
@@ -90,7 +101,8 @@ def pipeline(tokenizer: str, *, exact: bool = True, grow: bool = False,
     stages.append(ExactDedup())
     if minhash:
         stages.append(MinHashDedup(threshold=0.7, num_perm=64))
-    return Pipeline(stages=stages, fields=FIELDS, batch_size=batch_size)
+    output = {"flag_column": flag_column} if flag_column else {}
+    return Pipeline(stages=stages, fields=FIELDS, batch_size=batch_size, output=output)
 
 
 def written_rows(out: Path) -> list[dict[str, Any]]:

@@ -53,6 +53,22 @@ def lengths_and_texts(parts: list[pa.Array], snippet_chars: int) -> tuple[np.nda
     return np.asarray(lengths, dtype=np.int64), texts
 
 
+def string_bytes(values: pa.Array) -> int:
+    """The bytes of a large string array's rows, whatever the batches they came in: an
+    offset and the characters each (an array's own ``nbytes`` adds an offset and a
+    rounded-up validity bitmap per batch, so it depended on how the engine batched rows).
+
+        >>> string_bytes(pa.array(["ab", None, "c"], pa.large_string()))
+        27
+    """
+    n = len(values)
+    offsets = values.buffers()[1]
+    if not n or offsets is None:
+        return 8 * n
+    ends = np.frombuffer(offsets, dtype=np.int64)[[values.offset, values.offset + n]]
+    return 8 * n + int(ends[1] - ends[0])
+
+
 def snippet_of(text: str, chars: int) -> str:
     r"""The first ``chars`` characters of a report text, parts on separate lines.
 
@@ -112,8 +128,8 @@ class RowBook:
                else pa.nulls(seq.size, pa.large_string()))
         snips = (snippets.cast(pa.large_string()) if snippets is not None
                  else pa.nulls(seq.size, pa.large_string()))
-        self._written["row_ids"] += int(ids.nbytes)
-        self._written["snippets"] += int(snips.nbytes)
+        self._written["row_ids"] += string_bytes(ids)
+        self._written["snippets"] += string_bytes(snips)
         if self._writer is None:
             self._file = tempfile.TemporaryFile(prefix="cleanpipe-rowbook-",
                                                 dir=self._directory)

@@ -35,7 +35,6 @@ class HeldRows:
     path: str
     offset: int
     length: int
-    batches: int
     seq: np.ndarray
 
     def load(self) -> list[Rows]:
@@ -56,4 +55,4 @@ def hold(rows: list[Rows], folder: str, segment: int) -> HeldRows:
         offset = fh.tell()
         fh.write(data)
     seq = np.concatenate([r.seq for r in rows]) if rows else np.zeros(0, np.int64)
-    return HeldRows(str(path), offset, len(data), len(rows), seq)
+    return HeldRows(str(path), offset, len(data), seq)

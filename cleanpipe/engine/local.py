@@ -48,7 +48,7 @@ from cleanpipe.engine.held_rows import HeldRows, hold
 from cleanpipe.engine.parallel import WorkerPool, default_workers
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.reading import read_rows
-from cleanpipe.engine.rows import Rows
+from cleanpipe.engine.rows import Rows, coalesced
 from cleanpipe.engine.shipping import Shipped, ship
 from cleanpipe.engine.task_groups import grouped, task_rows
 from cleanpipe.memory import returning_pool, use_returning_pool
@@ -89,8 +89,9 @@ class Task:
     (:mod:`~cleanpipe.engine.task_groups`), or batches a worker held (:class:`HeldRows`).
     ``decide``: the previous global stage's index and these rows' decisions table, decided
     here first. ``hold_in``: the folder where the worker keeps the rows left
-    (:mod:`cleanpipe.engine.held_rows`), returning only what the driver merges and
-    observes. ``ship_to``: the folder through which a large output goes back
+    (:mod:`cleanpipe.engine.held_rows`), consecutive batches joined up to ``batch_rows``
+    rows (:func:`~cleanpipe.engine.rows.coalesced`), returning only what the driver merges
+    and observes. ``ship_to``: the folder through which a large output goes back
     (:mod:`cleanpipe.engine.shipping`), for a task run in a worker process."""
 
     seg_i: int
@@ -98,6 +99,7 @@ class Task:
     decide: tuple[int, pa.Table] | None = None
     hold_in: str | None = None
     ship_to: str | None = None
+    batch_rows: int = 0
 
 
 TaskOutput = tuple[list[tuple[DecidedBatch | None, TaskResult]], HeldRows | None]
@@ -119,7 +121,7 @@ def _run_task(task: Task) -> TaskOutput:
     pairs = [p for item in items for p in w.run_decided(task.seg_i, item, decide)]
     if task.hold_in is None:
         return pairs, None
-    there = split_off_rows(pairs)
+    there = coalesced(split_off_rows(pairs), task.batch_rows)
     return pairs, (hold(there, task.hold_in, task.seg_i) if there else None)
 
 
@@ -155,7 +157,8 @@ class LocalEngine:
     """:class:`cleanpipe.engine.core.Engine` on a :class:`WorkerPool`. Batches run in the
     pool's workers. Between two segments, where the global stage observes without the
     batch's columns and decides from a decisions table, each worker keeps the rows it
-    cleaned in a file of its own (:mod:`cleanpipe.engine.held_rows`) and the next
+    cleaned in a file of its own (:mod:`cleanpipe.engine.held_rows`; a task's small
+    batches joined, :func:`~cleanpipe.engine.rows.coalesced`) and the next
     segment's task decides on them with their decisions table; for any other global stage
     the rows come back here, wait in a :class:`Spill`, and the stage decides on them here,
     batch by batch, as the second pass feeds them to the workers."""
@@ -171,9 +174,9 @@ class LocalEngine:
         self.spill: Spill | None = None
         #: one entry per batch the previous global stage decided on here, in batch order
         self.pending: deque[DecidedBatch] = deque()
-        #: the rows the workers keep for the next segment, and the batches they hold
+        #: the rows the workers keep for the next segment, and how many rows they hold
         self.held: list[HeldRows] = []
-        self.held_batches = 0
+        self.held_rows = 0
         self.keep_in_workers = False
         #: what the current segment reads: rows held by the workers, or decided here
         self.reading: list[HeldRows] = []
@@ -186,8 +189,8 @@ class LocalEngine:
             and g.has_decisions_table()
         hold_in = str(self.spill_dir) if self.keep_in_workers else None
         ship_to = str(self.spill_dir) if self.pool.workers > 1 else None
-        tasks = (replace(t, seg_i=seg_i, hold_in=hold_in, ship_to=ship_to)
-                 for t in self.stream)
+        tasks = (replace(t, seg_i=seg_i, hold_in=hold_in, ship_to=ship_to,
+                         batch_rows=self.run.spec.batch_size) for t in self.stream)
         for out in self.pool.map(_segment_task, tasks):
             pairs, held = out.load() if isinstance(out, Shipped) else out
             if held is not None:
@@ -205,7 +208,7 @@ class LocalEngine:
 
     def hold(self, rows: Rows) -> None:
         if self.keep_in_workers:  # the worker that cleaned them keeps them
-            self.held_batches += 1
+            self.held_rows += rows.num_rows
             return
         if self.spill is None:
             assert self.spill_dir is not None
@@ -216,10 +219,10 @@ class LocalEngine:
         g = self.run.stages[idx]
         assert isinstance(g, GlobalStage)
         if self.keep_in_workers:
-            if self.held_batches != sum(h.batches for h in self.held):  # pragma: no cover
-                raise RuntimeError(f"local engine: {self.held_batches} batches held,"
-                                   f" {sum(h.batches for h in self.held)} in the workers")
-            self.reading, self.held, self.held_batches = self.held, [], 0
+            if self.held_rows != sum(h.seq.size for h in self.held):  # pragma: no cover
+                raise RuntimeError(f"local engine: {self.held_rows} rows held,"
+                                   f" {sum(h.seq.size for h in self.held)} in the workers")
+            self.reading, self.held, self.held_rows = self.held, [], 0
             self.decided_here = False
             self.stream = (Task(0, h, (idx, g.decisions_for(h.seq))) for h in self.reading)
             return
