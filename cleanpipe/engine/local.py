@@ -90,8 +90,8 @@ class Task:
     ``decide``: the previous global stage's index and these rows' decisions table, decided
     here first. ``hold_in``: the folder where the worker keeps the rows left
     (:mod:`cleanpipe.engine.held_rows`), consecutive batches joined up to ``batch_rows``
-    rows (:func:`~cleanpipe.engine.rows.coalesced`), returning only what the driver merges
-    and observes. ``ship_to``: the folder through which a large output goes back
+    rows and 1 MiB (:func:`~cleanpipe.engine.rows.coalesced`), returning only what the
+    driver merges and observes. ``ship_to``: the folder through which a large output goes back
     (:mod:`cleanpipe.engine.shipping`), for a task run in a worker process."""
 
     seg_i: int

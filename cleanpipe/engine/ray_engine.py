@@ -179,7 +179,7 @@ def split_results(out: list[tuple[int, Any]], batch_rows: int
                   ) -> tuple[tuple[list[tuple[int, Any]], int], list[Rows]]:
     """A task's results without their rows' columns, and the rows with rows left, in order
     (:meth:`Rows.split_off_columns`), consecutive batches joined up to ``batch_rows`` rows
-    (:func:`~cleanpipe.engine.rows.coalesced`): the driver merges the first (with the
+    and 1 MiB (:func:`~cleanpipe.engine.rows.coalesced`): the driver merges the first (with the
     number of batches in the second) and observes on it, the second waits on the cluster
     for the next segment."""
     held = coalesced([rows for _, pairs in out for rows in split_off_rows(pairs)], batch_rows)

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from cleanpipe.contract.published import RowValues
 from cleanpipe.engine.read_notes import ReadNotes
+from cleanpipe.io.readers.chunks import MAX_BATCH_BYTES
 
 
 @dataclass
@@ -130,27 +131,32 @@ def joined(parts: list[Rows]) -> Rows:
             [p.figures for p in parts if p.figures is not None]))
 
 
-def coalesced(parts: list[Rows], max_rows: int) -> list[Rows]:
+def coalesced(parts: list[Rows], max_rows: int, max_bytes: int = MAX_BATCH_BYTES) -> list[Rows]:
     """``parts`` (consecutive batches, in order) with each run of batches of the same kind
-    joined into one of up to ``max_rows`` rows (a batch of more stays as it is): where a
-    corpus of many small files is read one small batch a file, what waits between two
-    passes is a few batches a task, not one a file, and each costs its own pickling and
-    bookkeeping in every pass after.
+    joined into one of up to ``max_rows`` rows and ``max_bytes`` bytes, the bounds of a
+    batch as read (a batch over either stays as it is): where a corpus of many small files
+    is read one small batch a file, what waits between two passes is a few batches a task,
+    not one a file, and each costs its own pickling and bookkeeping in every pass after.
+    The byte bound keeps the later stages' working memory that of a batch as read.
 
         >>> b, c = pa.record_batch({"t": ["a"]}), pa.record_batch({"n": [1]})
         >>> parts = [Rows(x, x, pa.array(["i"]), np.array([k])) for k, x in enumerate([b, b, c, b])]
         >>> [r.num_rows for r in coalesced(parts, 4)], [r.num_rows for r in coalesced(parts, 1)]
         ([2, 1, 1], [1, 1, 1, 1])
+        >>> [r.num_rows for r in coalesced(parts[:2], 4, max_bytes=b.nbytes)]
+        [1, 1]
     """
     out: list[list[Rows]] = []
-    rows = 0
+    rows = nbytes = 0
     for p in parts:
-        if out and rows + p.num_rows <= max_rows and _same_kind(out[-1][-1], p):
+        if (out and rows + p.num_rows <= max_rows and nbytes + p.nbytes <= max_bytes
+                and _same_kind(out[-1][-1], p)):
             out[-1].append(p)
             rows += p.num_rows
+            nbytes += p.nbytes
         else:
             out.append([p])
-            rows = p.num_rows
+            rows, nbytes = p.num_rows, p.nbytes
     return [joined(run) for run in out]
 
 
