@@ -361,8 +361,8 @@ def test_small_files_rows_join_between_passes(cluster, tmp_path: Path,
     assert {r for _, _, rs in local["quarantine"] for r in rs} >= {"exact_duplicate",
                                                                    "near_duplicate"}
     files = len(list(folder.iterdir()))
-    # two passes end at a dedup stage; the first pass's rows wait in batches of up to 7
-    # rows, not one per file (an exact duplicate left them after the first)
+    # two passes end at a dedup stage; what the first left on the cluster waits in fewer
+    # batches than there are files, none over batch_size (7) rows
     assert len(held) == 2 and held[0][0] < files and held[0][0] >= -(-held[0][1] // 7)
     ours = make().run(folder, tmp_path / "ray", engine="ray")
     assert written_totals.after_figures(ours) == {

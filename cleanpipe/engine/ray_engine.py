@@ -21,12 +21,12 @@ What differs is only where that work runs and how its results come back:
   in the object store (where the stage observes without the batch's columns, in that of
   the node that cleaned them, small batches joined: :func:`split_results`), and its
   ``decide`` runs in the tasks of the next segment. On an input up to
-  ``CLUSTER_GROUPING_BYTES`` the stage
-  ``observe``s and ``finalize``s on the driver in row order, exactly as in the local
-  engine; the next segment's tasks get the stage as configured and their rows' decisions
-  where it has a decisions table (``GlobalStage.has_decisions_table``), else the finalized
-  stage. On a larger input a stage that declares a distributed grouping
-  (``GlobalStage.distributed_grouping``) is grouped on the cluster instead
+  ``CLUSTER_GROUPING_BYTES`` the stage ``observe``s and ``finalize``s on the driver in row
+  order, exactly as in the local engine; the next segment's tasks get the stage as
+  configured and their rows' decisions where it has a decisions table
+  (``GlobalStage.has_decisions_table``), else the finalized stage. On a larger input a
+  stage that declares a distributed grouping (``GlobalStage.distributed_grouping``) is
+  grouped on the cluster instead
   (:mod:`cleanpipe.engine.ray_dedup`); its decisions are shuffled by the task group holding
   their row (:func:`decisions_by_group`: the rows themselves do not move) and reach
   ``decide`` through ``GlobalStage.with_decisions``.
