@@ -176,14 +176,14 @@ def map_chunks(key: str, stages: list[Any], chunks: list[Any], decisions: pa.Tab
 
 
 def split_results(out: list[tuple[int, Any]], batch_rows: int
-                  ) -> tuple[tuple[list[tuple[int, Any]], int], list[Rows]]:
+                  ) -> tuple[tuple[list[tuple[int, Any]], list[int]], list[Rows]]:
     """A task's results without their rows' columns, and the rows with rows left, in order
     (:meth:`Rows.split_off_columns`), consecutive batches joined up to ``batch_rows`` rows
-    and 1 MiB (:func:`~cleanpipe.engine.rows.coalesced`): the driver merges the first (with the
-    number of batches in the second) and observes on it, the second waits on the cluster
-    for the next segment."""
+    and 1 MiB (:func:`~cleanpipe.engine.rows.coalesced`): the driver merges the first (with
+    the rows of each batch in the second) and observes on it, the second waits on the
+    cluster for the next segment."""
     held = coalesced([rows for _, pairs in out for rows in split_off_rows(pairs)], batch_rows)
-    return (out, len(held)), held
+    return (out, [r.num_rows for r in held]), held
 
 
 #: the Ray remote function of :func:`map_chunks`, made once per driver process
@@ -255,7 +255,7 @@ class RayEngine:
         #: be tens of MB that every worker process would fetch and unpickle)
         self.unfinalized = pickle.dumps(run.stages, protocol=pickle.HIGHEST_PROTOCOL)
         #: whether the current segment's tasks leave their rows on the cluster; the rows
-        #: held there so far, as merged, and as the tasks' results counted them
+        #: held there so far, as merged here, and as the tasks counted what they left
         self.split = False
         self.on_cluster = 0
         self.left = 0
@@ -315,13 +315,13 @@ class RayEngine:
         if not self.split:
             return fetch(self.ray, ref)
         out_ref, rows_ref = ref
-        out, batches = fetch(self.ray, out_ref)
+        out, left = fetch(self.ray, out_ref)
         rows = [res.rows for _, pairs in out for _, res in pairs if res.rows.num_rows]
         if rows:
             self.refs.append(rows_ref)
-            self.counts.append(batches)
+            self.counts.append(len(left))
             self.seqs.append(np.concatenate([r.seq for r in rows]))
-            self.left += sum(r.num_rows for r in rows)
+            self.left += sum(left)
         return out
 
     def _put_group(self, group: list[tuple[int, Rows | ToRead]]) -> None:
