@@ -131,6 +131,19 @@ class ExactReadingBatch(ExactDedup):
         return True
 
 
+class TokenizerThreads(BatchStage):
+    """Flags every row with the worker's ``TOKENIZERS_PARALLELISM`` (unset: ``unset``)."""
+
+    name = "_test_tokenizer_threads"
+    codes = {"parallelism": Action.FLAG}
+
+    def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
+        f = Findings(self.name)
+        f.add(np.ones(batch.num_rows, dtype=bool), "parallelism", Action.FLAG,
+              detail=os.environ.get("TOKENIZERS_PARALLELISM", "unset"))
+        return BatchResult(batch, f)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     # workers import this module to unpickle the test stages
@@ -584,6 +597,22 @@ def test_tasks_decide_on_the_dedup_stages_as_configured(cluster, tmp_path: Path,
     assert {r for _, _, rs in local["quarantine"] for r in rs} >= {"exact_duplicate",
                                                                    "near_duplicate"}
     assert len(blobs) == 3 and blobs[1] == blobs[0] and blobs[2] == blobs[0]
+
+
+def test_ray_tasks_leave_the_cores_to_ray(cluster, tmp_path: Path) -> None:
+    """A task has one CPU (``num_cpus=1``), as a pool worker has: its tokenizer runs no
+    thread pool of its own, which would take the other tasks' cores (the pool's workers:
+    tests/test_worker_pool.py)."""
+    assert "TOKENIZERS_PARALLELISM" not in os.environ  # so the workers do not inherit it
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(40)),
+                   encoding="utf-8")
+    events: list[pa.Table] = []
+    run = execute_ray(Pipeline(stages=[TokenizerThreads()], batch_size=10).spec, src,
+                      Sinks(events=events.append))
+    assert sum(r.num_rows for r in run) == 40
+    details = pa.concat_tables(events).column("detail").to_pylist()
+    assert len(details) == 40 and set(details) == {"false"}
 
 
 def test_rows_held_by_the_driver_get_their_decisions_too(cluster, tmp_path: Path,

@@ -25,9 +25,9 @@ from typing import Any, TypeVar
 
 from cleanpipe.engine.worker_death import die_with_parent
 from cleanpipe.engine.worker_start import (
-    TOKENIZERS_PARALLELISM,
     WorkerStart,
     can_fork_here,
+    leave_cores_to_engine,
     run_warm_up,
     worker_context,
 )
@@ -163,11 +163,9 @@ class WorkerPool:
 
 def _start_worker(parent: int) -> None:
     """What every pool worker does first: die with ``parent``, and leave the cores to the
-    pool. Each worker is one of several processes sharing the machine's cores, so a
-    tokenizer's own thread pool in each would only oversubscribe them (and costs ~20 MB a
-    worker); the user's explicit ``TOKENIZERS_PARALLELISM`` is kept."""
+    pool (:func:`~cleanpipe.engine.worker_start.leave_cores_to_engine`)."""
     die_with_parent(parent)
-    os.environ.setdefault(TOKENIZERS_PARALLELISM, "false")
+    leave_cores_to_engine()
 
 
 def _init_from(frozen: bytes, parent: int) -> None:

@@ -71,6 +71,7 @@ from cleanpipe.engine.ray_shuffle import Blocks, co_group, partition_of
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows, coalesced
 from cleanpipe.engine.task_groups import Groups, grouped, task_rows
+from cleanpipe.engine.worker_start import leave_cores_to_engine
 from cleanpipe.spec import PipelineSpec
 
 #: object store of a cluster this engine starts itself (an existing cluster keeps its own)
@@ -167,6 +168,7 @@ def map_chunks(key: str, stages: list[Any], chunks: list[Any], decisions: pa.Tab
     if m is None:
         import ray
 
+        leave_cores_to_engine()  # before the stages' setup: a task has num_cpus=1
         _MAPPERS.clear()  # an earlier segment's stages are no longer needed
         m = _MAPPERS[key] = SegmentMapper(fetch(ray, stages[0]), **kwargs)
     if first is not None:

@@ -47,6 +47,15 @@ TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
 """Environment variable the ``tokenizers`` library reads before each batch call."""
 
 
+def leave_cores_to_engine() -> None:
+    """In a worker process (a pool's or a Ray task's): switch the tokenizer's own thread
+    pool off, unless the user set ``TOKENIZERS_PARALLELISM``. Each worker is one of several
+    processes given a core each, by the pool or by Ray's ``num_cpus``; a tokenizer thread
+    pool in each would oversubscribe the cores (its threads spin while they wait) and
+    costs ~20 MB a worker."""
+    os.environ.setdefault(TOKENIZERS_PARALLELISM, "false")
+
+
 def can_fork_here() -> bool:
     """Whether workers may be forked from this very process: POSIX, not opted out, and no
     other Python thread (one could hold a lock the children would inherit held).
