@@ -219,6 +219,39 @@ def test_pieces_depend_on_the_file_alone(tmp_path, monkeypatch, block):
     assert pa.Table.from_batches(batches).column("text").to_pylist() == ["x" * n for n in sizes]
 
 
+ODD_FILES = [b"\n\n \n", b"\xef\xbb\xbf\n\n", b'{"a":1}', b'{"a":1}\n{"a":2}',
+             b'{"a":1}\r\n\r\n', b"\xef\xbb\xbf" + b'{"a":1}\n\n  \n{"a":2}\n \t\r\n\n',
+             b"".join(b'{"t":"%s"}\n' % (b"x" * (i % 50)) + b"\n" * (i % 3 == 0)
+                      for i in range(300)) + b" \n"]
+
+
+@pytest.mark.parametrize("block", [1, 3, 100, 1 << 20])
+@pytest.mark.parametrize("batches", [True, False])
+def test_pieces_number_their_lines_as_a_count_of_the_file_does(tmp_path, block, batches):
+    """Each piece's lines, lines before it and last record line equal those counted in the
+    whole file, for files of a few bytes (read in one go with the BOM check), blank tails,
+    a missing last line break and a BOM: the reader counts each line break once, so a
+    count skipped anywhere would shift every seq after it."""
+    for i, data in enumerate(ODD_FILES):
+        src = tmp_path / f"odd{i}.jsonl"
+        src.write_bytes(data)
+        shard = resolve_sources(str(src))[0]
+        pieces = list(jsonl_pieces(shard, ReadOptions(block_bytes=block), batches=batches))
+        assert b"".join(p.data for p in pieces) == data
+        lines = data.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()  # the break that ends the file starts no line
+        for p in pieces:
+            assert p.lines_before == data[:p.bytes_before].count(b"\n")
+            assert p.lines == len(p.data.split(b"\n")) - p.data.endswith(b"\n")
+            numbered = [(n, line.removeprefix(b"\xef\xbb\xbf") if n == 1 else line)
+                        for n, line in enumerate(lines, 1)]
+            records = [n for n, line in numbered[p.lines_before:p.lines_before + p.lines]
+                       if line.strip(b" \t\r")]
+            assert p.last_record_line() == (records[-1] if records else 0)
+        assert sum(p.lines for p in pieces) == len(lines)
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 def test_pieces_by_range_carry_no_lines_and_read_the_same_rows(tmp_path, suffix):
     """Workers on this machine are sent a plain file's pieces as byte ranges: no lines

@@ -51,6 +51,7 @@ class LineBlock:
     lines_before: int  # line breaks before the block: its first line is lines_before + 1
     bytes_before: int  # (decompressed) bytes before the block
     raw_bytes: int = 0  # bytes of the file as stored consumed since the previous block
+    breaks: int = 0  # line breaks in the block (counted once here: readers need it too)
 
 
 def decompressing(raw: IO[bytes], compression: str | None) -> IO[bytes]:
@@ -89,12 +90,13 @@ def line_blocks(stream: IO[bytes], block_bytes: int = DEFAULT_BLOCK_BYTES,
         now = _tell(position)
         block = data[:cut] if cut < len(data) else data
         carry = data[cut:]
-        yield LineBlock(block, lines, done, now - consumed)
+        breaks = block.count(b"\n")
+        yield LineBlock(block, lines, done, now - consumed, breaks)
         consumed = now
-        lines += block.count(b"\n")
+        lines += breaks
         done += len(block)
-    if carry:
-        yield LineBlock(carry, lines, done, _tell(position) - consumed)
+    if carry:  # the last line, or the head of a file that ended within it
+        yield LineBlock(carry, lines, done, _tell(position) - consumed, carry.count(b"\n"))
 
 
 def _tell(f: Any) -> int:

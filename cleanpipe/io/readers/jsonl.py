@@ -156,9 +156,12 @@ class JsonlPiece:
         before it is parsed (-1)."""
         if self.whole:
             return -1
-        data = self.data[self.bom:] if self.first else self.data
-        head = data.rstrip(b" \t\r\n")
-        return self.lines_before + head.count(b"\n") + 1 if head else 0
+        end = len(self.data.rstrip(b" \t\r\n"))
+        if end <= (self.bom if self.first else 0):
+            return 0
+        # the piece's line breaks are known (``lines``): count only those after the end
+        return self.lines_before + _breaks(self.data, self.lines) \
+            - self.data.count(b"\n", end) + 1
 
 
 #: lines in a piece at most (:func:`jsonl_pieces`): the default batch size, so that by default
@@ -210,38 +213,58 @@ class _Pieces:
         self.cut = cut
         self.bom: int | None = None
         self.carry = b""
-        self.carry_sizes = np.zeros(0, np.int64)
+        #: lines in ``carry``, and their lengths where known (None: not measured yet)
+        self.carry_lines = 0
+        self.carry_sizes: np.ndarray | None = np.zeros(0, np.int64)
         self.lines = self.done = self.raw = 0
 
     def add(self, block: LineBlock) -> Iterator[JsonlPiece]:
         if self.bom is None:
             self.bom = len(codecs.BOM_UTF8) if block.data.startswith(codecs.BOM_UTF8) else 0
         self.raw += block.raw_bytes
+        lines = block.breaks + (0 if block.data.endswith(b"\n") else 1)
         if self.cut is None:
-            tail = 0 if block.data.endswith(b"\n") else 1
-            yield self._piece(block.data, block.data.count(b"\n") + tail)
+            yield self._piece(block.data, lines)
             return
         data = self.carry + block.data if self.carry else block.data
-        sizes = np.concatenate((self.carry_sizes, line_lengths(block.data)))
+        rows, max_bytes = self.cut
+        if self.carry_lines + lines < rows and len(data) < max_bytes:
+            # no piece can end here (next_cut would find none): a small file is one piece,
+            # its lines never measured
+            self.carry, self.carry_lines, self.carry_sizes = data, self.carry_lines + lines, None
+            return
+        before = self.carry_sizes if self.carry_sizes is not None else line_lengths(self.carry)
+        sizes = np.concatenate((before, line_lengths(block.data)))
         off = at = 0
         while n := next_cut([sizes[at:]], *self.cut):
             size = int(sizes[at:at + n].sum())
             yield self._piece(data[off:off + size], n)
             off, at = off + size, at + n
         self.carry, self.carry_sizes = data[off:], sizes[at:]
+        self.carry_lines = int(self.carry_sizes.size)
 
     def flush(self) -> Iterator[JsonlPiece]:
         if self.carry:
-            yield self._piece(self.carry, int(self.carry_sizes.size))
+            yield self._piece(self.carry, self.carry_lines)
             self.carry = b""
 
     def _piece(self, data: bytes, lines: int) -> JsonlPiece:
         assert self.bom is not None
         piece = JsonlPiece(data, self.lines, self.done, self.raw, self.done == 0, self.bom, lines)
         self.raw = 0
-        self.lines += data.count(b"\n")
+        self.lines += _breaks(data, lines)
         self.done += len(data)
         return piece
+
+
+def _breaks(data: bytes, lines: int) -> int:
+    """Line breaks in ``data`` of ``lines`` whole lines (the file's last may lack its
+    break), without counting them again.
+
+        >>> _breaks(b"a\\nb\\n", 2), _breaks(b"a\\nb", 2), _breaks(b"", 0)
+        (2, 1, 0)
+    """
+    return lines - (1 if data and not data.endswith(b"\n") else 0)
 
 
 def piece_chunks(shard: Shard, piece: JsonlPiece, opts: ReadOptions) -> Iterator[Chunk]:
