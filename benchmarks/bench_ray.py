@@ -12,7 +12,10 @@ Run from the repo root: ``.venv/bin/python benchmarks/bench_ray.py`` (data from
 2. *Scaling*: a local Ray cluster of separate raylets on this machine
    (``ray.cluster_utils.Cluster``): a head with 0 CPUs (the driver runs there) and 1 or 2
    worker nodes of 1 CPU each, alternating for ``--rounds`` rounds (a node is added or
-   removed between runs), with the machine's busy CPU seconds of each run.
+   removed between runs), with the machine's busy CPU seconds of each run. Twice: with the
+   pipeline above, and with the default SFT pipeline of the peers benchmark
+   (``pipelines/t0_default.yaml``: ftfy, invisible characters, both dedups, Qwen3 token
+   counts), which users run (``--scaling dedup`` skips it).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -77,6 +82,14 @@ class DropBlank(BatchStage):
 def make() -> Pipeline:
     return Pipeline(stages=[StripEot(), DropBlank(), ExactDedup(), MinHashDedup()],
                     batch_size=4096)
+
+
+def default_sft(data_root: Path) -> Pipeline:
+    """The peers benchmark's default SFT pipeline, writing nothing (as :func:`make`)."""
+    text = (REPO / "benchmarks" / "pipelines" / "t0_default.yaml").read_text(encoding="utf-8")
+    spec = yaml.safe_load(text.replace("${DATA}", str(data_root)))
+    spec.pop("output", None)
+    return Pipeline.from_dict(spec)
 
 
 def _spill_reports(ray: Any) -> list[str]:
@@ -176,6 +189,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the overhead cluster")
     ap.add_argument("--nodes", default="1,2", help="worker nodes to scale over ('' to skip)")
+    ap.add_argument("--scaling", default="dedup,sft",
+                    help="pipelines to scale: dedup (the overhead's), sft (t0_default.yaml)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     root = Path(os.environ.get("CLEANPIPE_REALDATA") or REPO.parent / "shared" / "data")
@@ -193,7 +208,9 @@ def main() -> None:
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "benchmarks")])}
     ov = overhead(bench_ray.make, data, args.rounds, args.cpus, env)
     nodes = [int(n) for n in args.nodes.split(",") if n]
-    sc = scaling(bench_ray.make, data, args.rounds, nodes, env) if nodes else {}
+    makes = {"dedup": bench_ray.make, "sft": partial(default_sft, root)}
+    sc = {name: scaling(makes[name], data, args.rounds, nodes, env)
+          for name in args.scaling.split(",") if name and nodes}
     text = render(ov, sc, n_files, args)
     print(text)
     if not args.no_write:
@@ -202,7 +219,7 @@ def main() -> None:
         out.write_text(text, encoding="utf-8")
 
 
-def render(ov: dict[str, Any], sc: dict[int, list[tuple[float, float]]], n_files: int,
+def render(ov: dict[str, Any], sc: dict[str, dict[int, list[tuple[float, float]]]], n_files: int,
            args: argparse.Namespace) -> str:
     tot = ov["totals"]
     rows = tot["read"]
@@ -212,7 +229,8 @@ def render(ov: dict[str, Any], sc: dict[int, list[tuple[float, float]]], n_files
     loads = [ld for runs in ov["runs"].values() for _, ld in runs]
     env = os.environ.get("CLEANPIPE_REALDATA")
     opts = [f"--{k} {v}" for k, v in [("files", args.files), ("rounds", args.rounds),
-                                       ("cpus", args.cpus), ("nodes", args.nodes)]
+                                       ("cpus", args.cpus), ("nodes", args.nodes),
+                                       ("scaling", args.scaling)]
             if v is not None and v != ap_default(k)]
     cmd = ((f"CLEANPIPE_REALDATA={env} " if env else "") + ".venv/bin/python "
            "benchmarks/bench_ray.py" + "".join(" " + o for o in opts))
@@ -241,7 +259,6 @@ def render(ov: dict[str, Any], sc: dict[int, list[tuple[float, float]]], n_files
         f" {'; '.join(ov['spilled'][-1:]) or 'none'}.",
     ]
     if sc:
-        base = Spread.of(s for s, _ in sc[min(sc)])
         lines += [
             "", "## Scaling: 1 vs 2 worker nodes", "",
             "A local Ray cluster of separate raylets on this machine"
@@ -250,25 +267,36 @@ def render(ov: dict[str, Any], sc: dict[int, list[tuple[float, float]]], n_files
             f" alternate, {args.rounds} rounds (a node is added or removed between runs; a"
             " node just added gets an untimed warm-up run); median (min–max). All on"
             f" {os.cpu_count()} cores shared with the driver and the raylets. CPU s: the"
-            " machine's busy CPU seconds over the run (driver, raylets and workers).", "",
-            "| worker nodes | wall s | rows/s | rows/s per node | CPU s | speed-up vs 1 node |",
-            "|---:|---:|---:|---:|---:|---:|"]
-        for n, runs in sorted(sc.items()):
+            " machine's busy CPU seconds over the run (driver, raylets and workers)."]
+    for name, by_nodes in sc.items():
+        lines += ["", f"### {SCALED[name]}", "",
+                  "| worker nodes | wall s | rows/s | rows/s per node | CPU s |"
+                  " speed-up vs 1 node |", "|---:|---:|---:|---:|---:|---:|"]
+        base = Spread.of(s for s, _ in by_nodes[min(by_nodes)])
+        for n, runs in sorted(by_nodes.items()):
             sp = Spread.of(s for s, _ in runs)
             cpu = Spread.of(c for _, c in runs)
             lines.append(f"| {n} | {sp.fmt()} | {rows / sp.median:,.0f} |"
                          f" {rows / sp.median / n:,.0f} | {cpu.fmt()} |"
                          f" {base.median / sp.median:.2f} |")
-        if len(sc) > 1:
-            top = Spread.of(s for s, _ in sc[max(sc)])
+        if len(by_nodes) > 1:
+            top = Spread.of(s for s, _ in by_nodes[max(by_nodes)])
             speed, lo, hi = ratio_spread(base, top)
-            lines += ["", f"Throughput with {max(sc)} worker nodes / with {min(sc)}:"
-                      f" **{speed:.2f}x** (pairings of the measured runs: {lo:.2f}–{hi:.2f})."]
+            lines += ["", f"Throughput with {max(by_nodes)} worker nodes / with"
+                      f" {min(by_nodes)}: **{speed:.2f}x** (pairings of the measured runs:"
+                      f" {lo:.2f}–{hi:.2f})."]
     return "\n".join(lines) + "\n"
 
 
+#: the scaling tables' titles, by ``--scaling`` name
+SCALED = {"dedup": "The pipeline above (strip, drop blank, exact_dedup, minhash_dedup)",
+          "sft": "The default SFT pipeline (`benchmarks/pipelines/t0_default.yaml`: unicode_fix,"
+                 " invisible_chars, exact_dedup, minhash_dedup, context_length with Qwen3's"
+                 " tokenizer)"}
+
+
 def ap_default(name: str) -> Any:
-    return {"files": None, "rounds": 3, "cpus": 2, "nodes": "1,2"}[name]
+    return {"files": None, "rounds": 3, "cpus": 2, "nodes": "1,2", "scaling": "dedup,sft"}[name]
 
 
 if __name__ == "__main__":
