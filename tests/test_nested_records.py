@@ -271,7 +271,8 @@ def test_ray_engine_writes_the_same_nested_outputs(tmp_path):
     stages = [{"stage": "exact_dedup"}]
     Pipeline(stages=stages).run(src, tmp_path / "local", workers=1)
     repo = str(Path(__file__).resolve().parent.parent)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29,
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             object_store_memory=1 << 29,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": repo}})
     try:
         Pipeline(stages=stages).run(src, tmp_path / "ray", workers=2, engine="ray")

@@ -148,7 +148,7 @@ class TokenizerThreads(BatchStage):
 def cluster():
     # workers import this module to unpickle the test stages
     path = os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=1 << 30,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield
     ray.shutdown()

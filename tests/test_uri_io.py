@@ -467,7 +467,8 @@ def test_ray_engine_reads_and_writes_s3(s3: S3, tmp_path: Path) -> None:
     make().run(str(corpus), tmp_path / "local")
     # workers import cleanpipe from this checkout, as the driver does
     repo = Path(__file__).resolve().parents[1]
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 29,
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             object_store_memory=1 << 29,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(repo)}})
     try:
         make().run(s3.uri(f"{prefix}/in/"), s3.uri(f"{prefix}/out"), engine="ray")

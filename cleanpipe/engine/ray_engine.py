@@ -40,6 +40,7 @@ What differs is only where that work runs and how its results come back:
 
 from __future__ import annotations
 
+import os
 import pickle
 import uuid
 from collections import deque
@@ -218,11 +219,14 @@ def _ensure_ray(address: str | None, workers: int | None) -> Any:
     except ImportError as e:  # pragma: no cover - depends on the install
         raise RuntimeError("engine: ray needs the ray extra: pip install 'cleanpipe[ray]'") from e
     if not ray.is_initialized():
-        if address:
+        address = address or os.environ.get("RAY_ADDRESS")
+        if address:  # a cluster the user named: joined as it is
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                     object_store_memory=DEFAULT_OBJECT_STORE)
+            # a private one, even beside a cluster `ray start` left on this machine, which
+            # ray.init's default would join (and then refuse num_cpus with)
+            ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                     log_to_driver=False, object_store_memory=DEFAULT_OBJECT_STORE)
     return ray
 
 
