@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from cleanpipe.io.row_bytes import array_bytes
+
 
 def lengths_and_snippets(texts: pa.Array, snippet_chars: int) -> tuple[np.ndarray,
                                                                        pa.Array | None]:
@@ -51,22 +53,6 @@ def lengths_and_texts(parts: list[pa.Array], snippet_chars: int) -> tuple[np.nda
     texts = cut[0] if len(cut) == 1 else pc.binary_join_element_wise(
         *cut, pa.scalar(PART_SEP, pa.large_string()))
     return np.asarray(lengths, dtype=np.int64), texts
-
-
-def string_bytes(values: pa.Array) -> int:
-    """The bytes of a large string array's rows, whatever the batches they came in: an
-    offset and the characters each (an array's own ``nbytes`` adds an offset and a
-    rounded-up validity bitmap per batch, so it depended on how the engine batched rows).
-
-        >>> string_bytes(pa.array(["ab", None, "c"], pa.large_string()))
-        27
-    """
-    n = len(values)
-    offsets = values.buffers()[1]
-    if not n or offsets is None:
-        return 8 * n
-    ends = np.frombuffer(offsets, dtype=np.int64)[[values.offset, values.offset + n]]
-    return 8 * n + int(ends[1] - ends[0])
 
 
 def snippet_of(text: str, chars: int) -> str:
@@ -128,8 +114,10 @@ class RowBook:
                else pa.nulls(seq.size, pa.large_string()))
         snips = (snippets.cast(pa.large_string()) if snippets is not None
                  else pa.nulls(seq.size, pa.large_string()))
-        self._written["row_ids"] += string_bytes(ids)
-        self._written["snippets"] += string_bytes(snips)
+        # per row (an offset and the characters), so the figure does not depend on how
+        # the engine batched the rows, as the arrays' own nbytes did
+        self._written["row_ids"] += int(array_bytes(ids).sum())
+        self._written["snippets"] += int(array_bytes(snips).sum())
         if self._writer is None:
             self._file = tempfile.TemporaryFile(prefix="cleanpipe-rowbook-",
                                                 dir=self._directory)
