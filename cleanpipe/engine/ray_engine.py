@@ -14,7 +14,10 @@ What differs is only where that work runs and how its results come back:
   cluster of this machine alone a JSON Lines piece travels as its byte range
   (:func:`one_machine`). Tasks are submitted as chunks are read, a few per CPU in flight,
   so reading overlaps the cluster's work; the stage list goes to the object store once per
-  segment and each worker process unpickles it and calls ``setup()`` once.
+  segment and each worker process unpickles it and calls ``setup()`` once. On a cluster of
+  several nodes each node runs blocks of consecutive task groups
+  (:mod:`~cleanpipe.engine.node_blocks`), in every pass, so its caches see neighbouring
+  rows and a later pass's tasks run where their rows wait.
 * Results are put back in chunk order on the driver before anything is merged, so the
   report, the quarantine and the kept rows do not depend on how Ray schedules tasks.
 * A global stage (dedup) closes a segment: its ``prepare`` runs in the tasks, the rows wait
@@ -65,13 +68,14 @@ from cleanpipe.engine.core import (
     ToRead,
     split_off_rows,
 )
+from cleanpipe.engine.node_blocks import NodeBlocks
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.ray_dedup import distributed
 from cleanpipe.engine.ray_fetch import fetch
 from cleanpipe.engine.ray_shuffle import Blocks, co_group, partition_of
 from cleanpipe.engine.reading import read_rows
 from cleanpipe.engine.rows import Rows, coalesced
-from cleanpipe.engine.task_groups import Groups, grouped, task_rows
+from cleanpipe.engine.task_groups import TASK_BYTES, Groups, grouped, task_rows
 from cleanpipe.engine.worker_start import leave_cores_to_engine
 from cleanpipe.spec import PipelineSpec
 
@@ -252,6 +256,7 @@ class RayEngine:
         self.parts = parts
         self.cluster_grouping_bytes = cluster_grouping_bytes
         self.decide_idx: int | None = None
+        self.expected = 0  # the next segment's task groups, where known
         self.held = Groups(task_rows(run.spec))
         self.refs: list[Any] = []  # the held groups
         self.counts: list[int] = []  # the batches of each group left on the cluster
@@ -271,32 +276,76 @@ class RayEngine:
             return
         inputs, self.inputs = self.inputs, None
         stages = self.ray.put(self.stages_blob(seg_i))
-        task = _remote_map(self.ray)
         closing = self.run.segments[seg_i].closing
         # rows whose global stage observes without their columns stay on the cluster
         self.split = closing is not None and not self.run.stages[closing].observe_reads_batch()
-        if self.split:
-            task = task.options(num_returns=2)
         kwargs = {"seg_i": seg_i, "decide_idx": self.decide_idx,
                   "text_fields": self.run.state.text_fields,
                   "flag_codes": self.run.flag_codes,
                   "split": self.run.spec.batch_size if self.split else 0}
         key = f"{uuid.uuid4().hex}-{seg_i}"
+
+        def submit(chunks: Any, decisions: Any, first: int | None, **options: Any) -> Any:
+            task = _remote_map(self.ray)
+            if self.split or options:
+                task = task.options(num_returns=2 if self.split else 1, **options)
+            return task.remote(key, [stages], chunks, decisions, first, **kwargs)
+
+        nodes = worker_nodes(self.ray)
+        expected = self.expected if seg_i else -(-self.run.state.input_bytes // TASK_BYTES)
+        parts = (self._by_node(inputs, expected, nodes, submit) if len(nodes) > 1
+                 else self._windowed(inputs, submit))
+        for _, pairs in _in_order(parts):
+            yield from pairs
+
+    def _windowed(self, inputs: Iterable[tuple[Any, Any, int | None]],
+                  submit: Any) -> Iterator[list[tuple[int, Any]]]:
+        """Each input's task wherever Ray places it, results in input order."""
         # a few tasks per CPU in flight: enough to keep every CPU busy while the driver
         # reads or merges, few enough that the object store holds only a window of chunks
         window = 3 * self.cpus + 1
-
-        def submitted() -> Iterator[list[tuple[int, Any]]]:
-            flight: deque[Any] = deque()
-            for chunks, decisions, first in inputs:
-                flight.append(task.remote(key, [stages], chunks, decisions, first, **kwargs))
-                if len(flight) >= window:
-                    yield self._fetched(flight.popleft())
-            while flight:
+        flight: deque[Any] = deque()
+        for chunks, decisions, first in inputs:
+            flight.append(submit(chunks, decisions, first))
+            if len(flight) >= window:
                 yield self._fetched(flight.popleft())
+        while flight:
+            yield self._fetched(flight.popleft())
 
-        for _, pairs in _in_order(submitted()):
-            yield from pairs
+    def _by_node(self, inputs: Iterable[tuple[Any, Any, int | None]], expected: int,
+                 nodes: dict[str, int], submit: Any) -> Iterator[list[tuple[int, Any]]]:
+        """Each input's task on the node :class:`NodeBlocks` gives it (soft affinity: a
+        node that is gone leaves it to another), two a CPU queued on each node; results in
+        input order."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        plan = NodeBlocks(iter(inputs), nodes, expected)
+        submitted: dict[int, Any] = {}  # input index -> its task's ref(s)
+        running: dict[Any, tuple[str, int]] = {}  # a task's first ref -> node, input index
+        queued = dict.fromkeys(nodes, 0)
+        finished: set[int] = set()
+        nxt = 0
+        while True:
+            for node, cpus in nodes.items():
+                while queued[node] < 2 * cpus and (job := plan.next_for(node)) is not None:
+                    i, (chunks, decisions, first) = job
+                    affinity = NodeAffinitySchedulingStrategy(node, soft=True)
+                    ref = submitted[i] = submit(chunks, decisions, first,
+                                                scheduling_strategy=affinity)
+                    running[ref[0] if self.split else ref] = (node, i)
+                    queued[node] += 1
+            if nxt not in finished:
+                if not running:
+                    return  # every input handed out and its results taken
+                ready, _ = self.ray.wait(list(running), num_returns=1, fetch_local=False)
+                for r in ready:
+                    node, i = running.pop(r)
+                    queued[node] -= 1
+                    finished.add(i)
+            while nxt in finished:
+                finished.discard(nxt)
+                yield self._fetched(submitted.pop(nxt))
+                nxt += 1
 
     def stages_blob(self, seg_i: int) -> bytes:
         """The stage list segment ``seg_i``'s tasks get, pickled: as configured, but for
@@ -363,6 +412,7 @@ class RayEngine:
         if self.split:
             firsts = [0, *accumulate(self.counts)][:len(self.counts)]
         self.inputs = zip(self.refs, dec, firsts, strict=True)
+        self.expected = len(self.refs)
         self.decide_idx = idx
         self.held = Groups(task_rows(self.run.spec))
         self.refs, self.counts, self.seqs = [], [], []
@@ -395,6 +445,12 @@ def execute_ray(spec: PipelineSpec, source: Any, sinks: Sinks, *, workers: int |
     run.state.workers = max(1, int(workers or spec.workers or cpus))
     limit = CLUSTER_GROUPING_BYTES if cluster_grouping_bytes is None else cluster_grouping_bytes
     return EngineRun(_rows(ray, run, source, cpus, parts, limit), run.state)
+
+
+def worker_nodes(ray: Any) -> dict[str, int]:
+    """The live nodes that can run a task (one CPU or more): node id -> CPUs."""
+    return {n["NodeID"]: int(n["Resources"].get("CPU", 0)) for n in ray.nodes()
+            if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1}
 
 
 def one_machine(ray: Any) -> bool:
