@@ -12,10 +12,11 @@ Run from the repo root: ``.venv/bin/python benchmarks/bench_ray.py`` (data from
 2. *Scaling*: a local Ray cluster of separate raylets on this machine
    (``ray.cluster_utils.Cluster``): a head with 0 CPUs (the driver runs there) and 1 or 2
    worker nodes of 1 CPU each, alternating for ``--rounds`` rounds (a node is added or
-   removed between runs), with the machine's busy CPU seconds of each run. Twice: with the
-   pipeline above, and with the default SFT pipeline of the peers benchmark
+   removed between runs), with the machine's busy CPU seconds of each run. Three times: with
+   the pipeline above; with the default SFT pipeline of the peers benchmark
    (``pipelines/t0_default.yaml``: ftfy, invisible characters, both dedups, Qwen3 token
-   counts), which users run (``--scaling dedup`` skips it).
+   counts), which users run; and with the pipeline issue #18 measured (``unicode_fix`` +
+   ``minhash_dedup``). ``--scaling dedup`` runs the first only.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from cleanpipe.contract.stage import (  # noqa: E402
 )
 from cleanpipe.stages.exact_dedup import ExactDedup  # noqa: E402
 from cleanpipe.stages.minhash_dedup import MinHashDedup  # noqa: E402
+from cleanpipe.stages.unicode_fix import UnicodeFix  # noqa: E402
 
 
 class StripEot(TextStage):
@@ -82,6 +84,11 @@ class DropBlank(BatchStage):
 def make() -> Pipeline:
     return Pipeline(stages=[StripEot(), DropBlank(), ExactDedup(), MinHashDedup()],
                     batch_size=4096)
+
+
+def issue_pipeline() -> Pipeline:
+    """The pipeline issue #18 measured: unicode_fix, then minhash_dedup (defaults)."""
+    return Pipeline(stages=[UnicodeFix(), MinHashDedup()], batch_size=4096)
 
 
 def default_sft(data_root: Path) -> Pipeline:
@@ -189,8 +196,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the overhead cluster")
     ap.add_argument("--nodes", default="1,2", help="worker nodes to scale over ('' to skip)")
-    ap.add_argument("--scaling", default="dedup,sft",
-                    help="pipelines to scale: dedup (the overhead's), sft (t0_default.yaml)")
+    ap.add_argument("--scaling", default="dedup,sft,issue",
+                    help="pipelines to scale: dedup (the overhead's), sft (t0_default.yaml),"
+                         " issue (unicode_fix + minhash_dedup)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     root = Path(os.environ.get("CLEANPIPE_REALDATA") or REPO.parent / "shared" / "data")
@@ -208,7 +216,8 @@ def main() -> None:
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "benchmarks")])}
     ov = overhead(bench_ray.make, data, args.rounds, args.cpus, env)
     nodes = [int(n) for n in args.nodes.split(",") if n]
-    makes = {"dedup": bench_ray.make, "sft": partial(default_sft, root)}
+    makes = {"dedup": bench_ray.make, "sft": partial(default_sft, root),
+             "issue": bench_ray.issue_pipeline}
     sc = {name: scaling(makes[name], data, args.rounds, nodes, env)
           for name in args.scaling.split(",") if name and nodes}
     text = render(ov, sc, n_files, args)
@@ -292,11 +301,13 @@ def render(ov: dict[str, Any], sc: dict[str, dict[int, list[tuple[float, float]]
 SCALED = {"dedup": "The pipeline above (strip, drop blank, exact_dedup, minhash_dedup)",
           "sft": "The default SFT pipeline (`benchmarks/pipelines/t0_default.yaml`: unicode_fix,"
                  " invisible_chars, exact_dedup, minhash_dedup, context_length with Qwen3's"
-                 " tokenizer)"}
+                 " tokenizer)",
+          "issue": "The pipeline of issue #18 (unicode_fix, minhash_dedup)"}
 
 
 def ap_default(name: str) -> Any:
-    return {"files": None, "rounds": 3, "cpus": 2, "nodes": "1,2", "scaling": "dedup,sft"}[name]
+    return {"files": None, "rounds": 3, "cpus": 2, "nodes": "1,2",
+            "scaling": "dedup,sft,issue"}[name]
 
 
 if __name__ == "__main__":

@@ -34,9 +34,10 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-#: most task groups (up to ``task_groups.TASK_BYTES`` of input each) the blocks of all
-#: nodes hold together
-AHEAD_GROUPS = 64
+#: most task groups the blocks of all nodes hold together: groups of up to
+#: ``task_groups.TASK_BYTES`` (4 MiB) of input, so the driver holds at most 128 MiB of
+#: rows it read itself and not yet handed out, and as much waits for it in the object store
+AHEAD_GROUPS = 32
 
 T = TypeVar("T")
 
