@@ -10,22 +10,28 @@ from cleanpipe.engine.node_blocks import AHEAD_GROUPS, NodeBlocks
 
 @settings(max_examples=200, deadline=None)
 @given(groups=st.integers(0, 120), cpus=st.lists(st.integers(1, 4), min_size=1, max_size=4),
-       asks=st.lists(st.integers(0, 3), max_size=400))
+       asks=st.lists(st.tuples(st.integers(0, 3), st.booleans()), max_size=400))
 def test_every_group_is_handed_out_once_with_its_item(groups: int, cpus: list[int],
-                                                      asks: list[int]) -> None:
+                                                      asks: list[tuple[int, bool]]) -> None:
+    """Whatever the order the nodes ask in, and whether they may take more than the rest
+    of their own block (the Ray engine says no while many results wait)."""
     nodes = {f"n{k}": c for k, c in enumerate(cpus)}
     plan = NodeBlocks(iter(range(100, 100 + groups)), nodes, expected=groups)
     got: dict[str, list[int]] = {n: [] for n in nodes}
     names = list(nodes)
-    order = [names[a % len(names)] for a in asks] + names * (groups + 1)
-    for node in order:
-        job = plan.next_for(node)
+    order = [(names[a % len(names)], more) for a, more in asks]
+    order += [(n, True) for n in names] * (groups + 1)
+    for node, more in order:
+        own_before = list(plan.own.get(node, ()))
+        job = plan.next_for(node, more)
+        if not more:  # only the rest of its own block
+            assert (job[0] if job else None) == (own_before[0][0] if own_before else None)
         if job is not None:
             i, item = job
             assert item == 100 + i
             got[node].append(i)
     assert sorted(i for g in got.values() for i in g) == list(range(groups))
-    assert all(plan.next_for(n) is None for n in nodes)
+    assert plan.done and all(plan.next_for(n) is None for n in nodes)
 
 
 def test_two_nodes_taking_turns_split_the_groups_in_two_runs() -> None:

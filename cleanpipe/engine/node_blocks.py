@@ -34,9 +34,10 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-#: most task groups the blocks of all nodes hold together: groups of up to
-#: ``task_groups.TASK_BYTES`` (4 MiB) of input, so the driver holds at most 128 MiB of
-#: rows it read itself and not yet handed out, and as much waits for it in the object store
+#: most task groups the blocks of all nodes hold together, and (the Ray engine's bound)
+#: most results that may wait for the driver before a node takes another block: groups of
+#: up to ``task_groups.TASK_BYTES`` (4 MiB) of input, so 128 MiB of rows the driver read
+#: itself and has not handed out yet, and about as much in the object store
 AHEAD_GROUPS = 32
 
 T = TypeVar("T")
@@ -57,10 +58,18 @@ class NodeBlocks(Generic[T]):
         self._source: Iterator[T] | None = items
         self.own: dict[str, deque[tuple[int, T]]] = {n: deque() for n in nodes}
 
-    def next_for(self, node: str) -> tuple[int, T] | None:
+    @property
+    def done(self) -> bool:
+        """Whether every group is handed out."""
+        return self._source is None and not any(self.own.values())
+
+    def next_for(self, node: str, more: bool = True) -> tuple[int, T] | None:
         """The group ``node`` should start next and its index in the iterator's order, or
-        ``None`` when every group is handed out."""
+        ``None`` when every group is handed out. With ``more`` false, only the rest of the
+        node's own block: no new block, nothing from another node's."""
         own = self.own.setdefault(node, deque())
+        if not own and not more:
+            return None
         if not own and self._source is not None:
             size = self.per_cpu * self.nodes.get(node, 1)
             for item in self._source:

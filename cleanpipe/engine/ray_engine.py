@@ -68,7 +68,7 @@ from cleanpipe.engine.core import (
     ToRead,
     split_off_rows,
 )
-from cleanpipe.engine.node_blocks import NodeBlocks
+from cleanpipe.engine.node_blocks import AHEAD_GROUPS, NodeBlocks
 from cleanpipe.engine.progress import Progress
 from cleanpipe.engine.ray_dedup import distributed
 from cleanpipe.engine.ray_fetch import fetch
@@ -316,18 +316,21 @@ class RayEngine:
                  nodes: dict[str, int], submit: Any) -> Iterator[list[tuple[int, Any]]]:
         """Each input's task on the node :class:`NodeBlocks` gives it (soft affinity: a
         node that is gone leaves it to another), two a CPU queued on each node; results in
-        input order."""
+        input order. A node that ran ahead takes no new block while ``AHEAD_GROUPS`` tasks
+        wait for the driver (a slow node's block is always finished: it holds the next
+        result the driver needs)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         plan = NodeBlocks(iter(inputs), nodes, expected)
-        submitted: dict[int, Any] = {}  # input index -> its task's ref(s)
+        submitted: dict[int, Any] = {}  # input index -> its task's ref(s), until merged
         running: dict[Any, tuple[str, int]] = {}  # a task's first ref -> node, input index
         queued = dict.fromkeys(nodes, 0)
         finished: set[int] = set()
         nxt = 0
         while True:
             for node, cpus in nodes.items():
-                while queued[node] < 2 * cpus and (job := plan.next_for(node)) is not None:
+                while queued[node] < 2 * cpus and (job := plan.next_for(
+                        node, more=len(submitted) < AHEAD_GROUPS)) is not None:
                     i, (chunks, decisions, first) = job
                     affinity = NodeAffinitySchedulingStrategy(node, soft=True)
                     ref = submitted[i] = submit(chunks, decisions, first,
@@ -336,6 +339,8 @@ class RayEngine:
                     queued[node] += 1
             if nxt not in finished:
                 if not running:
+                    if not plan.done:  # pragma: no cover - would lose inputs
+                        raise RuntimeError("ray engine: inputs left with no task running")
                     return  # every input handed out and its results taken
                 ready, _ = self.ray.wait(list(running), num_returns=1, fetch_local=False)
                 for r in ready:
