@@ -36,6 +36,7 @@ from cleanpipe.stages.minhash_dedup import MinHashDedup
 from cleanpipe.templating.word_tokenizer import word_tokenizer_file
 from tests import written_totals
 from tests.conftest import realdata
+from tests.ray_worker_facts import WorkerFacts
 
 ray = pytest.importorskip("ray")
 from cleanpipe.engine import ray_dedup, ray_engine, task_groups  # noqa: E402
@@ -129,19 +130,6 @@ class ExactReadingBatch(ExactDedup):
 
     def observe_reads_batch(self) -> bool:
         return True
-
-
-class TokenizerThreads(BatchStage):
-    """Flags every row with the worker's ``TOKENIZERS_PARALLELISM`` (unset: ``unset``)."""
-
-    name = "_test_tokenizer_threads"
-    codes = {"parallelism": Action.FLAG}
-
-    def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
-        f = Findings(self.name)
-        f.add(np.ones(batch.num_rows, dtype=bool), "parallelism", Action.FLAG,
-              detail=os.environ.get("TOKENIZERS_PARALLELISM", "unset"))
-        return BatchResult(batch, f)
 
 
 @pytest.fixture(scope="module")
@@ -608,10 +596,11 @@ def test_ray_tasks_leave_the_cores_to_ray(cluster, tmp_path: Path) -> None:
     src.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(40)),
                    encoding="utf-8")
     events: list[pa.Table] = []
-    run = execute_ray(Pipeline(stages=[TokenizerThreads()], batch_size=10).spec, src,
+    run = execute_ray(Pipeline(stages=[WorkerFacts()], batch_size=10).spec, src,
                       Sinks(events=events.append))
     assert sum(r.num_rows for r in run) == 40
-    details = pa.concat_tables(events).column("detail").to_pylist()
+    ev = pa.concat_tables(events)
+    details = ev.filter(pc.equal(ev.column("code"), "parallelism")).column("detail").to_pylist()
     assert len(details) == 40 and set(details) == {"false"}
 
 

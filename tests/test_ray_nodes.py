@@ -8,37 +8,22 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
 from cleanpipe import Pipeline
-from cleanpipe.contract.stage import Action, BatchContext, BatchResult, BatchStage, Findings
 from cleanpipe.engine.core import Sinks
 from cleanpipe.engine.local import execute
 from cleanpipe.engine.rows import QuarantineRows
 from cleanpipe.stages.exact_dedup import ExactDedup
 from cleanpipe.stages.minhash_dedup import MinHashDedup
+from tests.ray_worker_facts import WorkerFacts
 
 ray = pytest.importorskip("ray")
 from cleanpipe.engine.ray_engine import execute_ray  # noqa: E402
 
 pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parents[1]
-
-
-class NodeOfRow(BatchStage):
-    """Flags every row with the id of the Ray node that ran it (``local`` off Ray)."""
-
-    name = "_test_node_of_row"
-    codes = {"node": Action.FLAG}
-
-    def process(self, batch: pa.RecordBatch, ctx: BatchContext) -> BatchResult:
-        node = (ray.get_runtime_context().get_node_id() if ray.is_initialized()
-                else "local")
-        f = Findings(self.name)
-        f.add(np.ones(batch.num_rows, dtype=bool), "node", Action.FLAG, detail=node)
-        return BatchResult(batch, f)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +37,7 @@ def two_nodes():
     for _ in range(2):
         cluster.add_node(num_cpus=1, object_store_memory=1 << 28)
     cluster.wait_for_nodes()
-    # workers import this module to unpickle the test stage
+    # workers import tests.ray_worker_facts to unpickle the test stage
     path = os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
     ray.init(address=cluster.address, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
@@ -71,8 +56,8 @@ def _run(executor: Any, pipe: Pipeline, src: Path) -> dict[str, Any]:
     events: list[pa.Table] = []
     run = executor(pipe.spec, src, Sinks(quarantine=on_q, events=events.append))
     kept = [i for rows in run for i in rows.row_ids.to_pylist()]
-    nodes = pa.concat_tables(events).filter(
-        pa.compute.equal(pa.concat_tables(events).column("code"), "node")).sort_by("seq")
+    ev = pa.concat_tables(events)
+    nodes = ev.filter(pa.compute.equal(ev.column("code"), "node")).sort_by("seq")
     return {"kept": kept, "quarantine": sorted(quarantine),
             "nodes": nodes.column("detail").to_pylist()}
 
@@ -88,7 +73,7 @@ def test_each_node_runs_consecutive_rows(tmp_path: Path) -> None:
                            + "\n" for i in range(600)), encoding="utf-8")
 
     def make() -> Pipeline:  # task groups of 20 rows: 30 of them
-        return Pipeline(stages=[ExactDedup(), MinHashDedup(threshold=0.9), NodeOfRow()],
+        return Pipeline(stages=[ExactDedup(), MinHashDedup(threshold=0.9), WorkerFacts()],
                         batch_size=20)
 
     local = _run(execute, make(), src)
