@@ -285,10 +285,14 @@ class RayEngine:
                   "split": self.run.spec.batch_size if self.split else 0}
         key = f"{uuid.uuid4().hex}-{seg_i}"
 
+        returns = 2 if self.split else 1
+        plain = _remote_map(self.ray).options(num_returns=returns) if self.split else \
+            _remote_map(self.ray)
+
         def submit(chunks: Any, decisions: Any, first: int | None, **options: Any) -> Any:
-            task = _remote_map(self.ray)
-            if self.split or options:
-                task = task.options(num_returns=2 if self.split else 1, **options)
+            # per task only where a task gets options of its own (a node to run on)
+            task = _remote_map(self.ray).options(num_returns=returns, **options) if options \
+                else plain
             return task.remote(key, [stages], chunks, decisions, first, **kwargs)
 
         nodes = worker_nodes(self.ray)
